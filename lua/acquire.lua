@@ -1,0 +1,16 @@
+-- acquire.lua: take or re-enter a reentrant lock (Redisson RLock tryLockInner).
+--
+-- KEYS[1]  lock hash: field = owner id, value = hold count; the key's PTTL is the lease
+-- ARGV[1]  lease in milliseconds (the explicit lease, or the watchdog lease)
+-- ARGV[2]  owner id "<client-uuid>:<thread-id>"
+--
+-- Reply: nil when the lock is now held by ARGV[2] (fresh or re-entered; the
+-- lease is reset to ARGV[1] either way), otherwise the holder's remaining lease
+-- in milliseconds (-1 when the key has no expiry).
+local free = redis.call('exists', KEYS[1]) == 0
+if free or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return nil
+end
+return redis.call('pttl', KEYS[1])

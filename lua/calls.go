@@ -1,0 +1,173 @@
+package lua
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Args are the values a script call may need. Durations and instants are
+// milliseconds, as on the wire; Now is the caller's (client) clock in Unix
+// milliseconds. Each wrapper documents which fields it reads.
+type Args struct {
+	Owner     string // "<client-uuid>:<thread-id>"
+	LeaseMs   int64  // lease to set
+	WaitMs    int64  // fair lock: the waiter's wait slot
+	NowMs     int64  // fair lock: client clock
+	GraceMs   int64  // fair lock: head grace (0: off, Redisson's behaviour)
+	RequestID string // unlock: latch id, one per unlock call, reused on retry
+	LatchMs   int64  // unlock: latch lifetime
+	PubCmd    string // "publish" (default when empty) or "spublish"
+}
+
+func (a Args) pubCmd() string {
+	if a.PubCmd == "" {
+		return Publish
+	}
+	return a.PubCmd
+}
+
+// UnlockResult is the outcome of an unlock script.
+type UnlockResult int
+
+const (
+	// NotHeld: the caller did not hold the lock; nothing changed.
+	NotHeld UnlockResult = iota
+	// StillHeld: one hold was released and the caller still holds the lock.
+	StillHeld
+	// Released: the lock is free and a waiter was woken.
+	Released
+)
+
+func (r UnlockResult) String() string {
+	switch r {
+	case NotHeld:
+		return "not-held"
+	case StillHeld:
+		return "still-held"
+	case Released:
+		return "released"
+	}
+	return "UnlockResult(" + strconv.Itoa(int(r)) + ")"
+}
+
+// nilOrInt reads a reply that is nil (true) or an integer.
+func nilOrInt(cmd *redis.Cmd) (isNil bool, n int64, err error) {
+	v, err := cmd.Result()
+	if errors.Is(err, redis.Nil) {
+		return true, 0, nil
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return false, 0, fmt.Errorf("lua: unexpected reply %T %v", v, v)
+	}
+	return false, n, nil
+}
+
+func unlockResult(cmd *redis.Cmd) (UnlockResult, error) {
+	isNil, n, err := nilOrInt(cmd)
+	switch {
+	case err != nil:
+		return NotHeld, err
+	case isNil:
+		return NotHeld, nil
+	case n == 0:
+		return StillHeld, nil
+	case n == 1:
+		return Released, nil
+	}
+	return NotHeld, fmt.Errorf("lua: unexpected unlock reply %d", n)
+}
+
+// Acquire runs acquire.lua (reads Owner, LeaseMs). It reports whether the
+// owner holds the lock now, and otherwise the holder's remaining lease in ms.
+func (s *Scripts) Acquire(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
+	return nilOrInt(s.Script(FileAcquire).Run(ctx, rdb, []string{k.Name}, a.LeaseMs, a.Owner))
+}
+
+// Unlock runs unlock.lua (reads Owner, LeaseMs, RequestID, LatchMs, PubCmd).
+func (s *Scripts) Unlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
+	return unlockResult(s.Script(FileUnlock).Run(ctx, rdb,
+		[]string{k.Name, k.Channel, k.Latch(a.RequestID)},
+		UnlockMessage, a.LeaseMs, a.Owner, a.pubCmd(), a.LatchMs))
+}
+
+// ForceUnlock runs force_unlock.lua (reads PubCmd). It reports whether a
+// lock was deleted.
+func (s *Scripts) ForceUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, error) {
+	_, n, err := nilOrInt(s.Script(FileForceUnlock).Run(ctx, rdb, []string{k.Name, k.Channel}, UnlockMessage, a.pubCmd()))
+	return n == 1, err
+}
+
+// Renew runs renew.lua over names (all in one cluster slot) with their
+// owners, resetting each still-held lease to leaseMs. renewed[i] reports
+// whether names[i] was still held by owners[i].
+func (s *Scripts) Renew(ctx context.Context, rdb redis.Scripter, names, owners []string, leaseMs int64) (renewed []bool, err error) {
+	if len(names) != len(owners) {
+		panic("lua: Renew needs one owner per name")
+	}
+	args := make([]any, 0, len(owners)+1)
+	args = append(args, leaseMs)
+	for _, o := range owners {
+		args = append(args, o)
+	}
+	v, err := s.Script(FileRenew).Run(ctx, rdb, names, args...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(v) != len(names) {
+		return nil, fmt.Errorf("lua: renew replied %d results for %d keys", len(v), len(names))
+	}
+	renewed = make([]bool, len(v))
+	for i, r := range v {
+		renewed[i] = r == 1
+	}
+	return renewed, nil
+}
+
+// FairTryLock runs fair_try_lock.lua (reads Owner, LeaseMs, NowMs, WaitMs).
+// It never queues.
+func (s *Scripts) FairTryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, err error) {
+	acquired, _, err = nilOrInt(s.Script(FileFairTryLock).Run(ctx, rdb,
+		[]string{k.Name, k.Queue, k.Timeouts}, a.LeaseMs, a.Owner, a.NowMs, a.WaitMs))
+	return acquired, err
+}
+
+// FairTryLockWait runs fair_try_lock_wait.lua (reads Owner, LeaseMs, WaitMs,
+// NowMs, GraceMs): take the lock, or join or stay in the queue. When not
+// acquired, ttlMs is how long to wait before trying again (see the script).
+func (s *Scripts) FairTryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
+	return nilOrInt(s.Script(FileFairTryLockWait).Run(ctx, rdb,
+		[]string{k.Name, k.Queue, k.Timeouts}, a.LeaseMs, a.Owner, a.WaitMs, a.NowMs, a.GraceMs))
+}
+
+// FairAcquireFailed runs fair_acquire_failed.lua (reads Owner, WaitMs, PubCmd).
+func (s *Scripts) FairAcquireFailed(ctx context.Context, rdb redis.Scripter, k Keys, a Args) error {
+	err := s.Script(FileFairAcquireFailed).Run(ctx, rdb,
+		[]string{k.Queue, k.Timeouts, k.Name, k.Channel}, a.Owner, a.WaitMs, a.pubCmd(), UnlockMessage).Err()
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return err
+}
+
+// FairUnlock runs fair_unlock.lua (reads Owner, LeaseMs, NowMs, RequestID,
+// LatchMs, GraceMs, PubCmd).
+func (s *Scripts) FairUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
+	return unlockResult(s.Script(FileFairUnlock).Run(ctx, rdb,
+		[]string{k.Name, k.Queue, k.Timeouts, k.Channel, k.Latch(a.RequestID)},
+		UnlockMessage, a.LeaseMs, a.Owner, a.NowMs, a.pubCmd(), a.LatchMs, a.GraceMs))
+}
+
+// FairForceUnlock runs fair_force_unlock.lua (reads NowMs, GraceMs, PubCmd).
+func (s *Scripts) FairForceUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, error) {
+	_, n, err := nilOrInt(s.Script(FileFairForceUnlock).Run(ctx, rdb,
+		[]string{k.Name, k.Queue, k.Timeouts, k.Channel}, UnlockMessage, a.NowMs, a.pubCmd(), a.GraceMs))
+	return n == 1, err
+}

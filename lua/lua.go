@@ -1,0 +1,183 @@
+// Package lua is the wire contract of the locks: the Redis scripts (one .lua
+// file each, embedded), the key and channel names, and typed wrappers that
+// are the only Go code that knows each script's KEYS and ARGV order.
+//
+// Key names, channel names, owner ids, message values and argument order are
+// Redisson's, so a Java service using Redisson and a Go service using this
+// module exclude each other on the same lock. Where a script does more than
+// Redisson's (the fair-lock hazards H1, H2 and H4, the head grace), its header
+// says so; the extra arguments come after Redisson's.
+package lua
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed *.lua
+var files embed.FS
+
+// Message values published on lock channels, as Redisson's LockPubSub.
+const (
+	// UnlockMessage wakes one waiter.
+	UnlockMessage = "0"
+	// ReadUnlockMessage wakes every waiter (used by Redisson's write lock).
+	ReadUnlockMessage = "1"
+)
+
+// Publish commands a script can be told to use.
+const (
+	Publish  = "publish"
+	SPublish = "spublish" // sharded pub/sub, Redis 7+ cluster
+)
+
+// Key prefixes, as in Redisson.
+const (
+	channelPrefix = "redisson_lock__channel"
+	queuePrefix   = "redisson_lock_queue"
+	timeoutPrefix = "redisson_lock_timeout"
+	latchPrefix   = "redisson_unlock_latch"
+)
+
+// ErrInvalidName reports a lock name that cannot be used: empty, or with
+// braces that do not form one Redis hash tag.
+var ErrInvalidName = errors.New("invalid lock name")
+
+// ValidateName checks that name can name a lock. A name may carry its own
+// hash tag ("{order}:seat"); then every key of the lock reuses that tag, as in
+// Redisson. A name with a brace that does not open a non-empty tag ("a{b",
+// "a{}b", "a}b") is rejected: its keys would hash to different cluster slots.
+func ValidateName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidName)
+	}
+	open := strings.IndexByte(name, '{')
+	if open < 0 {
+		if strings.IndexByte(name, '}') >= 0 {
+			return fmt.Errorf("%w: %q has '}' without '{'", ErrInvalidName, name)
+		}
+		return nil
+	}
+	close := strings.IndexByte(name[open+1:], '}')
+	if close < 0 {
+		return fmt.Errorf("%w: %q has an unbalanced '{'", ErrInvalidName, name)
+	}
+	if close == 0 {
+		return fmt.Errorf("%w: %q has an empty hash tag '{}'", ErrInvalidName, name)
+	}
+	return nil
+}
+
+// prefixName is Redisson's prefixName: "prefix:{name}", or "prefix:name" when
+// the name carries its own hash tag.
+func prefixName(prefix, name string) string {
+	if strings.IndexByte(name, '{') >= 0 {
+		return prefix + ":" + name
+	}
+	return prefix + ":{" + name + "}"
+}
+
+// Keys are the Redis keys and channels of one lock.
+type Keys struct {
+	Name     string // the lock hash: owner -> hold count
+	Channel  string // redisson_lock__channel:{name}; fair waiters append ":<owner>"
+	Queue    string // redisson_lock_queue:{name} (fair lock)
+	Timeouts string // redisson_lock_timeout:{name} (fair lock)
+	latch    string
+}
+
+// KeysFor returns the keys of the lock called name. It does not validate the
+// name: call ValidateName first.
+func KeysFor(name string) Keys {
+	return Keys{
+		Name:     name,
+		Channel:  prefixName(channelPrefix, name),
+		Queue:    prefixName(queuePrefix, name),
+		Timeouts: prefixName(timeoutPrefix, name),
+		latch:    prefixName(latchPrefix, name),
+	}
+}
+
+// Latch is the unlock latch key of one unlock call.
+func (k Keys) Latch(requestID string) string { return k.latch + ":" + requestID }
+
+// WaiterChannel is the fair lock's per-waiter channel of owner.
+func (k Keys) WaiterChannel(owner string) string { return k.Channel + ":" + owner }
+
+// Owner formats an owner id, "<client-uuid>:<thread-id>".
+func Owner(clientID string, threadID int64) string {
+	return fmt.Sprintf("%s:%d", clientID, threadID)
+}
+
+// Script file names.
+const (
+	FileAcquire           = "acquire.lua"
+	FileUnlock            = "unlock.lua"
+	FileForceUnlock       = "force_unlock.lua"
+	FileRenew             = "renew.lua"
+	FileFairTryLock       = "fair_try_lock.lua"
+	FileFairTryLockWait   = "fair_try_lock_wait.lua"
+	FileFairAcquireFailed = "fair_acquire_failed.lua"
+	FileFairUnlock        = "fair_unlock.lua"
+	FileFairForceUnlock   = "fair_force_unlock.lua"
+	fileFairCommon        = "fair_common.lua"
+)
+
+// Files lists every script, in a fixed order.
+var Files = []string{
+	FileAcquire, FileUnlock, FileForceUnlock, FileRenew,
+	FileFairTryLock, FileFairTryLockWait, FileFairAcquireFailed, FileFairUnlock, FileFairForceUnlock,
+}
+
+// Source returns the text of a script as it is sent to Redis: the file, with
+// fair_common.lua in front of it for the fair-lock scripts.
+func Source(file string) string {
+	body, err := files.ReadFile(file)
+	if err != nil {
+		panic("lua: no script " + file)
+	}
+	if !strings.HasPrefix(file, "fair_") {
+		return string(body)
+	}
+	common, err := files.ReadFile(fileFairCommon)
+	if err != nil {
+		panic("lua: missing " + fileFairCommon)
+	}
+	return string(common) + string(body)
+}
+
+// Scripts is one loaded set of the scripts. Default is the real set; tests
+// build deliberately broken sets with Edit.
+type Scripts struct {
+	byFile map[string]*redis.Script
+}
+
+// Default is the set every lock uses.
+var Default = Edit(nil)
+
+// Edit builds a set of scripts whose source is edit(file, source). A nil edit
+// leaves every script as it is. Tests use it to make broken variants.
+func Edit(edit func(file, src string) string) *Scripts {
+	s := &Scripts{byFile: make(map[string]*redis.Script, len(Files))}
+	for _, f := range Files {
+		src := Source(f)
+		if edit != nil {
+			src = edit(f, src)
+		}
+		s.byFile[f] = redis.NewScript(src)
+	}
+	return s
+}
+
+// Script returns the loaded script of file.
+func (s *Scripts) Script(file string) *redis.Script {
+	sc, ok := s.byFile[file]
+	if !ok {
+		panic("lua: no script " + file)
+	}
+	return sc
+}

@@ -1,0 +1,32 @@
+-- unlock.lua: release one hold of a reentrant lock (Redisson RLock unlockInner).
+--
+-- KEYS[1]  lock hash
+-- KEYS[2]  lock channel "redisson_lock__channel:{name}"
+-- KEYS[3]  unlock latch "redisson_unlock_latch:{name}:<request-id>"
+-- ARGV[1]  unlock message, "0"
+-- ARGV[2]  lease in milliseconds to set when holds remain
+-- ARGV[3]  owner id
+-- ARGV[4]  publish command: "publish" or "spublish"
+-- ARGV[5]  latch lifetime in milliseconds
+--
+-- Reply: nil when ARGV[3] does not hold the lock; 0 when it still holds it
+-- (re-entered); 1 when the lock was released and ARGV[1] published. A retried
+-- call with the same latch key returns the first call's reply (0 or 1)
+-- without running again.
+local latched = redis.call('get', KEYS[3])
+if latched then
+    return tonumber(latched)
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if left > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('set', KEYS[3], '0', 'px', ARGV[5])
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[4], KEYS[2], ARGV[1])
+redis.call('set', KEYS[3], '1', 'px', ARGV[5])
+return 1
