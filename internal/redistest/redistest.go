@@ -32,8 +32,8 @@ import (
 
 // Backend is a Redis that a test can talk to.
 type Backend struct {
-	Name string                // "miniredis" or "redis-server"
-	Addr string                // host:port
+	Name string               // "miniredis" or "redis-server"
+	Addr string               // host:port
 	Mini *miniredis.Miniredis // set for miniredis
 }
 

@@ -1,0 +1,124 @@
+// Package fairlock is a distributed lock engine on Redis, faithful to the
+// design of Redisson (the Java library): a reentrant lock (package
+// reentrant, Redisson's RLock) and a fair FIFO lock (package fair, Redisson's
+// RFairLock), wire-compatible with Redisson so Go and Java services can share
+// one lock.
+//
+// Make one Client per process over any go-redis client and build locks from
+// it:
+//
+//	c, err := fairlock.NewClient(rdb)
+//	...
+//	defer c.Close()
+//	m, err := fair.New(c, "seats")
+//	if err := m.Lock(ctx); err != nil { ... }
+//	defer m.Unlock(ctx)
+//
+// The Client owns what all its locks share: the client id (a random UUID,
+// the first half of every owner id "<client-uuid>:<thread-id>"), one pub/sub
+// connection that carries every waiter's wake-ups, and one watchdog goroutine
+// that renews the lease of every lock held without an explicit lease.
+package fairlock
+
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock/internal/core"
+)
+
+// Errors returned by the locks. Test them with errors.Is.
+var (
+	// ErrNotHeld: Unlock by an owner that does not hold the lock. Nothing
+	// was changed.
+	ErrNotHeld = core.ErrNotHeld
+	// ErrCanceled: a wait ended by its context. The error also matches
+	// the context's error (context.Canceled or context.DeadlineExceeded).
+	ErrCanceled = core.ErrCanceled
+	// ErrLost: a held lock was lost (its lease ran out, it was deleted, or
+	// Redis lost it); Mutex.Err returns it after Done is closed.
+	ErrLost = core.ErrLost
+	// ErrClosed: the Client was closed.
+	ErrClosed = core.ErrClosed
+	// ErrInvalidName: an empty name, or one whose braces do not form a
+	// Redis hash tag.
+	ErrInvalidName = core.ErrInvalidName
+	// ErrInvalidValue: a nil client or context, a negative duration, or a
+	// setting out of range.
+	ErrInvalidValue = core.ErrInvalidValue
+)
+
+// Client is one process's connection to the locks on a Redis deployment.
+// It is safe for concurrent use; make one and share it. Close it when done.
+type Client struct {
+	s *core.Session
+}
+
+func init() {
+	core.RegisterUnwrap(func(x any) *core.Session {
+		if c, ok := x.(*Client); ok && c != nil {
+			return c.s
+		}
+		return nil
+	})
+}
+
+// Option configures a Client.
+type Option func(*core.Config)
+
+// WithLease sets the watchdog lease (Redisson's lockWatchdogTimeout): the
+// lease of a lock taken without an explicit lease, renewed every lease/3
+// while the holder lives. Default 30 s; at least 3 ms.
+func WithLease(d time.Duration) Option { return func(c *core.Config) { c.Lease = d } }
+
+// WithWaitSlot sets the fair lock's default wait slot (Redisson's
+// fairLockWaitTimeout): how long a queued waiter may go without taking the
+// lock before it is treated as dead. Default 5 min.
+func WithWaitSlot(d time.Duration) Option { return func(c *core.Config) { c.WaitSlot = d } }
+
+// WithHeadGrace sets how long the head of a fair queue has to take a lock
+// that became free before followers may prune it as dead (not in Redisson;
+// see docs/design.md). Default 5 s; a negative value turns it off, which is
+// Redisson's behaviour: a dead head then blocks the queue for its whole slot.
+func WithHeadGrace(d time.Duration) Option { return func(c *core.Config) { c.HeadGrace = d } }
+
+// WithLatchTTL sets how long an unlock's outcome is kept so that a retried
+// unlock returns it. Default 10 s.
+func WithLatchTTL(d time.Duration) Option { return func(c *core.Config) { c.LatchTTL = d } }
+
+// WithCleanupTimeout bounds the work done after a caller's context has
+// ended: Unlock with a dead context, and leaving the queue after a cancelled
+// wait. Default 5 s.
+func WithCleanupTimeout(d time.Duration) Option { return func(c *core.Config) { c.CleanupTime = d } }
+
+// WithRenewBatch sets how many locks one renewal call covers. Default 100.
+func WithRenewBatch(n int) Option { return func(c *core.Config) { c.RenewBatch = n } }
+
+// WithShardedPubSub makes the scripts publish with SPUBLISH and waiters
+// subscribe with SSUBSCRIBE (Redis 7+ cluster). Default off.
+func WithShardedPubSub(on bool) Option { return func(c *core.Config) { c.ShardedPubSub = on } }
+
+// NewClient makes a Client over rdb (a *redis.Client, *redis.ClusterClient,
+// a Sentinel-backed client, or any redis.UniversalClient). It sends nothing
+// to Redis yet. Close does not close rdb.
+func NewClient(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+	var cfg core.Config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := core.NewSession(rdb, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{s: s}, nil
+}
+
+// ID is the client's UUID, the first part of its owner ids.
+func (c *Client) ID() string { return c.s.ID }
+
+// Close stops the watchdog and the shared subscription. Locks still held
+// are not released: their leases run out (at most the watchdog lease). Waits
+// in progress get no more wake-ups and end at their next lease check; new
+// acquisitions fail with ErrClosed. Close does not close the Redis client.
+func (c *Client) Close() error { return c.s.Close() }

@@ -1,0 +1,415 @@
+package reentrant_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/internal/redistest"
+	"github.com/fairlock-go/fairlock/reentrant"
+)
+
+func TestMain(m *testing.M) { os.Exit(redistest.MainLeakCheck(m)) }
+
+func newClient(t testing.TB, rdb redis.UniversalClient, opts ...fairlock.Option) *fairlock.Client {
+	t.Helper()
+	c, err := fairlock.NewClient(rdb, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func newMutex(t testing.TB, c *fairlock.Client, name string) *reentrant.Mutex {
+	t.Helper()
+	m, err := reentrant.New(c, name)
+	require.NoError(t, err)
+	return m
+}
+
+// testCtx bounds a test: a wait that never ends fails the test instead of
+// hanging it.
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestMutualExclusion(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		name := redistest.Prefix(t) + "lock"
+		counter := redistest.Prefix(t) + "counter"
+		const clients, goroutines, rounds = 3, 10, 5
+		var wg sync.WaitGroup
+		errs := make(chan error, clients*goroutines)
+		for i := 0; i < clients; i++ {
+			rdb := b.Client(t)
+			c := newClient(t, rdb)
+			for g := 0; g < goroutines; g++ {
+				m := newMutex(t, c, name)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for r := 0; r < rounds; r++ {
+						if err := m.Lock(ctx); err != nil {
+							errs <- err
+							return
+						}
+						// read-modify-write in two round trips: without
+						// the lock, concurrent increments get lost
+						v, _ := rdb.Get(ctx, counter).Int()
+						rdb.Set(ctx, counter, v+1, 0)
+						if err := m.Unlock(ctx); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		got, err := b.Client(t).Get(ctx, counter).Int()
+		require.NoError(t, err)
+		assert.Equal(t, clients*goroutines*rounds, got)
+	})
+}
+
+func TestReentrancy(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		c := newClient(t, b.Client(t))
+		name := redistest.Prefix(t) + "lock"
+		m := newMutex(t, c, name)
+		other := newMutex(t, c, name)
+		for i := 1; i <= 3; i++ {
+			require.NoError(t, m.Lock(ctx))
+			n, err := m.HoldCount(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, i, n)
+		}
+		ok, err := other.TryLock(ctx)
+		require.NoError(t, err)
+		assert.False(t, ok, "another owner must not get a held lock")
+		for i := 2; i >= 0; i-- {
+			require.NoError(t, m.Unlock(ctx))
+			n, err := m.HoldCount(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, i, n)
+		}
+		locked, err := m.IsLocked(ctx)
+		require.NoError(t, err)
+		assert.False(t, locked)
+		assert.True(t, errors.Is(m.Unlock(ctx), reentrant.ErrNotHeld))
+		ok, err = other.TryLock(ctx)
+		require.NoError(t, err)
+		assert.True(t, ok)
+		require.NoError(t, other.Unlock(ctx))
+	})
+}
+
+func TestUnlockByNonOwnerChangesNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		name := redistest.Prefix(t) + "lock"
+		m, stranger := newMutex(t, c, name), newMutex(t, c, name)
+		require.NoError(t, m.LockWithLease(ctx, time.Minute))
+		before := rdb.HGetAll(ctx, name).Val()
+		err := stranger.Unlock(ctx)
+		assert.True(t, errors.Is(err, reentrant.ErrNotHeld), "%v", err)
+		assert.Equal(t, before, rdb.HGetAll(ctx, name).Val())
+		held, err := m.IsHeld(ctx)
+		require.NoError(t, err)
+		assert.True(t, held)
+		require.NoError(t, m.Unlock(ctx))
+	})
+}
+
+func TestLeaseExpiryFreesLock(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		c := newClient(t, b.Client(t))
+		name := redistest.Prefix(t) + "lock"
+		m, other := newMutex(t, c, name), newMutex(t, c, name)
+		lease := 200 * time.Millisecond
+		require.NoError(t, m.LockWithLease(ctx, lease))
+		d, err := m.RemainingLease(ctx)
+		require.NoError(t, err)
+		assert.True(t, d > 0 && d <= lease, "remaining lease %v", d)
+		if b.Mini != nil {
+			b.Mini.FastForward(lease)
+		}
+		ok, err := other.TryLockFor(ctx, 10*time.Second, time.Minute)
+		require.NoError(t, err)
+		assert.True(t, ok, "the lock must be free once its lease ran out")
+		<-m.Done() // the expired holder is told its lease ran out
+		assert.True(t, errors.Is(m.Err(), reentrant.ErrLost))
+		require.NoError(t, other.Unlock(ctx))
+	})
+}
+
+// A waiter sleeps until the holder's lease runs out unless the unlock
+// message wakes it: with a 1-minute lease, only the wake-up lets it in
+// before the test's 20 s bound.
+func TestUnlockWakesWaiter(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		holderC, waiterC := newClient(t, b.Client(t)), newClient(t, b.Client(t))
+		name := redistest.Prefix(t) + "lock"
+		holder, waiter := newMutex(t, holderC, name), newMutex(t, waiterC, name)
+		require.NoError(t, holder.LockWithLease(ctx, time.Minute))
+		got := make(chan error, 1)
+		go func() { got <- waiter.Lock(ctx) }()
+		waitSubscribed(t, b, waiterC)
+		require.NoError(t, holder.Unlock(ctx))
+		require.NoError(t, <-got)
+		require.NoError(t, waiter.Unlock(ctx))
+	})
+}
+
+// waitSubscribed waits until c's shared subscription has a channel.
+func waitSubscribed(t testing.TB, b *redistest.Backend, c *fairlock.Client) {
+	t.Helper()
+	hub := core.Of(c).Hub
+	require.Eventually(t, func() bool { return hub.Channels() > 0 }, 10*time.Second, time.Millisecond)
+}
+
+func TestCanceledWaitLeavesNothing(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		name := redistest.Prefix(t) + "lock"
+		holder, waiter := newMutex(t, c, name), newMutex(t, c, name)
+		require.NoError(t, holder.Lock(ctx))
+
+		wctx, cancel := context.WithCancel(ctx)
+		got := make(chan error, 1)
+		go func() { got <- waiter.Lock(wctx) }()
+		waitSubscribed(t, b, c)
+		cancel()
+		err := <-got
+		assert.True(t, errors.Is(err, reentrant.ErrCanceled), "%v", err)
+		assert.True(t, errors.Is(err, context.Canceled), "%v", err)
+		assert.Equal(t, 0, core.Of(c).Hub.Channels(), "subscription left behind")
+		held, err := waiter.IsHeld(ctx)
+		require.NoError(t, err)
+		assert.False(t, held)
+
+		dctx, dcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer dcancel()
+		err = waiter.Lock(dctx)
+		assert.True(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
+		assert.True(t, errors.Is(err, reentrant.ErrCanceled), "%v", err)
+		require.NoError(t, holder.Unlock(ctx))
+		keys, _ := rdb.Keys(ctx, name+"*").Result()
+		assert.Empty(t, keys)
+	})
+}
+
+func TestUnlockWithCanceledContextReleases(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		c := newClient(t, b.Client(t))
+		m := newMutex(t, c, redistest.Prefix(t)+"lock")
+		require.NoError(t, m.Lock(ctx))
+		dead, cancel := context.WithCancel(ctx)
+		cancel()
+		require.NoError(t, m.Unlock(dead))
+		locked, err := m.IsLocked(ctx)
+		require.NoError(t, err)
+		assert.False(t, locked)
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	b := redistest.Mini(t)
+	c := newClient(t, b.Client(t))
+	ctx := testCtx(t)
+	for _, name := range []string{"", "a{b", "x}y", "{}"} {
+		_, err := reentrant.New(c, name)
+		assert.True(t, errors.Is(err, reentrant.ErrInvalidName), "%q: %v", name, err)
+	}
+	_, err := reentrant.New(nil, "x")
+	assert.True(t, errors.Is(err, reentrant.ErrInvalidValue), "%v", err)
+	_, err = reentrant.New(c, "x", reentrant.WithThreadID(-1))
+	assert.True(t, errors.Is(err, reentrant.ErrInvalidValue), "%v", err)
+	_, err = fairlock.NewClient(nil)
+	assert.True(t, errors.Is(err, fairlock.ErrInvalidValue), "%v", err)
+	_, err = fairlock.NewClient(b.Client(t), fairlock.WithLease(-time.Second))
+	assert.True(t, errors.Is(err, fairlock.ErrInvalidValue), "%v", err)
+
+	m := newMutex(t, c, "x")
+	assert.True(t, errors.Is(m.LockWithLease(ctx, -time.Second), reentrant.ErrInvalidValue))
+	_, err = m.TryLockFor(ctx, -time.Second, 0)
+	assert.True(t, errors.Is(err, reentrant.ErrInvalidValue), "%v", err)
+	_, err = m.TryLockFor(ctx, time.Second, -time.Second)
+	assert.True(t, errors.Is(err, reentrant.ErrInvalidValue), "%v", err)
+	assert.Empty(t, b.Mini.Keys(), "bad input must change nothing")
+
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	err = m.Lock(dead)
+	assert.True(t, errors.Is(err, context.Canceled) && errors.Is(err, reentrant.ErrCanceled), "%v", err)
+	assert.Empty(t, b.Mini.Keys())
+}
+
+func TestUnreachableRedis(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := newClient(t, rdb)
+	m := newMutex(t, c, "x")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := m.Lock(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "connection refused")
+	_, err = m.TryLock(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "connection refused")
+}
+
+func TestClosedClient(t *testing.T) {
+	b := redistest.Mini(t)
+	c := newClient(t, b.Client(t))
+	m := newMutex(t, c, "x")
+	require.NoError(t, c.Close())
+	require.NoError(t, c.Close(), "Close twice is fine")
+	err := m.Lock(testCtx(t))
+	assert.True(t, errors.Is(err, fairlock.ErrClosed), "%v", err)
+}
+
+func TestForceUnlockWakesWaiter(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		c := newClient(t, b.Client(t))
+		name := redistest.Prefix(t) + "lock"
+		holder, waiter, admin := newMutex(t, c, name), newMutex(t, c, name), newMutex(t, c, name)
+		require.NoError(t, holder.LockWithLease(ctx, time.Minute))
+		got := make(chan error, 1)
+		go func() { got <- waiter.Lock(ctx) }()
+		waitSubscribed(t, b, c)
+		ok, err := admin.ForceUnlock(ctx)
+		require.NoError(t, err)
+		assert.True(t, ok)
+		require.NoError(t, <-got)
+		ok, err = admin.ForceUnlock(ctx)
+		require.NoError(t, err)
+		assert.True(t, ok)
+		ok, err = admin.ForceUnlock(ctx)
+		require.NoError(t, err)
+		assert.False(t, ok)
+	})
+}
+
+// --- real redis-server only: these need Redis's own clock to run ---
+
+func TestWatchdogKeepsLockAcrossLeases(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	lease := 300 * time.Millisecond
+	c := newClient(t, b.Client(t), fairlock.WithLease(lease))
+	name := redistest.Prefix(t) + "lock"
+	m, other := newMutex(t, c, name), newMutex(t, c, name)
+	require.NoError(t, m.Lock(ctx))
+	wd := core.Of(c).Watchdog
+	assert.Equal(t, 1, wd.Len())
+	// Another owner waits 4 leases: it must not get the lock, and the
+	// holder must not be told it lost it.
+	ok, err := other.TryLockFor(ctx, 4*lease, 0)
+	require.NoError(t, err)
+	assert.False(t, ok, "the watchdog must keep the lock past its lease")
+	select {
+	case <-m.Done():
+		t.Fatalf("hold ended: %v", m.Err())
+	default:
+	}
+	require.NoError(t, m.Unlock(ctx))
+	assert.Equal(t, 0, wd.Len(), "the watchdog must stop after Unlock")
+	assert.NoError(t, m.Err())
+}
+
+func TestCloseStopsWatchdogAndLockExpires(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	lease := 300 * time.Millisecond
+	dying := newClient(t, b.Client(t), fairlock.WithLease(lease))
+	name := redistest.Prefix(t) + "lock"
+	m := newMutex(t, dying, name)
+	require.NoError(t, m.Lock(ctx))
+	require.NoError(t, dying.Close()) // the client dies without unlocking
+	live := newClient(t, b.Client(t))
+	other := newMutex(t, live, name)
+	require.NoError(t, other.Lock(ctx), "the lock must free itself after the lease")
+	require.NoError(t, other.Unlock(ctx))
+}
+
+func TestLostSignalWhenKeyDeleted(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	rdb := b.Client(t)
+	c := newClient(t, rdb, fairlock.WithLease(300*time.Millisecond))
+	name := redistest.Prefix(t) + "lock"
+	m := newMutex(t, c, name)
+	require.NoError(t, m.Lock(ctx))
+	require.NoError(t, rdb.Del(ctx, name).Err()) // behind the holder's back
+	select {
+	case <-m.Done():
+	case <-ctx.Done():
+		t.Fatal("the holder was never told its lock was lost")
+	}
+	assert.True(t, errors.Is(m.Err(), reentrant.ErrLost), "%v", m.Err())
+	assert.Equal(t, 0, core.Of(c).Watchdog.Len())
+	assert.True(t, errors.Is(m.Unlock(ctx), reentrant.ErrNotHeld))
+}
+
+func TestLostSignalWhenRedisRestarts(t *testing.T) {
+	srv := redistest.StartT(t)
+	ctx := testCtx(t)
+	rdb := srv.Backend().Client(t)
+	c := newClient(t, rdb, fairlock.WithLease(600*time.Millisecond))
+	m := newMutex(t, c, "lock")
+	require.NoError(t, m.Lock(ctx))
+	require.NoError(t, srv.Restart()) // no persistence: the lock is gone
+	select {
+	case <-m.Done():
+	case <-ctx.Done():
+		t.Fatal("the holder was never told its lock was lost")
+	}
+	assert.True(t, errors.Is(m.Err(), reentrant.ErrLost), "%v", m.Err())
+}
+
+func TestManyLocksOneWatchdogBatch(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	lease := 300 * time.Millisecond
+	c := newClient(t, b.Client(t), fairlock.WithLease(lease), fairlock.WithRenewBatch(7))
+	var ms []*reentrant.Mutex
+	for i := 0; i < 25; i++ {
+		m := newMutex(t, c, redistest.Prefix(t)+strconv.Itoa(i))
+		require.NoError(t, m.Lock(ctx))
+		ms = append(ms, m)
+	}
+	time.Sleep(4 * lease) // let several renewal rounds pass
+	for _, m := range ms {
+		held, err := m.IsHeld(ctx)
+		require.NoError(t, err)
+		assert.True(t, held, m.Name())
+		require.NoError(t, m.Unlock(ctx))
+	}
+}
