@@ -15,7 +15,9 @@
 --   - newly queued: the time until the waiter ahead of it runs out (its
 --     deadline - now), or the lock's PTTL when nobody is ahead;
 --   - already queued, lock held: the lock's PTTL (-1: no expiry, wait for a
---     message);
+--     message); but at most the grace for the waiter right behind the head
+--     (not in Redisson), so that a dead head is noticed within about two
+--     graces of the lock's release rather than a lease later;
 --   - already queued, lock free (someone else is head): the time until the
 --     head's deadline, at least 1, after giving the head its grace. Redisson
 --     returns 0 here and its waiters poll in a loop (hazard H2).
@@ -31,6 +33,11 @@ end
 local pttl = redis.call('pttl', lock)
 if redis.call('zscore', timeouts, owner) then
     if pttl ~= -2 then
+        -- The waiter right behind the head re-checks at least every grace:
+        -- if the head is dead, it is the one to notice and prune it.
+        if grace > 0 and (pttl < 0 or pttl > grace) and redis.call('lindex', queue, 1) == owner then
+            return grace
+        end
         return pttl
     end
     local _, deadline = clamp_head(queue, timeouts, now, grace)
