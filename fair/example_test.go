@@ -36,7 +36,7 @@ func ExampleMutex_Lock() {
 
 	callers := []string{"ana", "bo", "cy", "dee"}
 	seats := make(chan string, len(callers))
-	for _, who := range callers {
+	for i, who := range callers {
 		m, _ := fair.New(client, "concert") // one handle per caller
 		go func() {
 			if err := m.Lock(ctx); err != nil {
@@ -47,7 +47,7 @@ func ExampleMutex_Lock() {
 			_ = m.Unlock(ctx)
 		}()
 		// wait until this caller is queued before the next one arrives
-		for rdb.LLen(ctx, lua.KeysFor("concert").Queue).Val() < int64(len(seats)+1) {
+		for rdb.LLen(ctx, lua.KeysFor("concert").Queue).Val() < int64(i+1) {
 			time.Sleep(time.Millisecond)
 		}
 	}
