@@ -6,6 +6,7 @@ package core
 
 import (
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -150,7 +151,7 @@ func newUUID() string {
 func RequestID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%x", b[:])
+	return hex.EncodeToString(b[:])
 }
 
 var sessionOf func(any) *Session
