@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -412,4 +413,40 @@ func TestManyLocksOneWatchdogBatch(t *testing.T) {
 		assert.True(t, held, m.Name())
 		require.NoError(t, m.Unlock(ctx))
 	}
+}
+
+// After the pub/sub connection drops and comes back, waiters re-check the
+// lock at once: a release published while it was down would be lost. Here
+// the lock is freed without any message (its key deleted) while the
+// holder's lease is a minute long; only the re-check after the reconnect
+// lets the waiter in before the test's 20 s bound.
+func TestWaitersRecheckAfterPubSubReconnect(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	name := redistest.Prefix(t) + "lock"
+	clientName := "fl-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	waiterRDB := redis.NewClient(&redis.Options{Addr: b.Addr, ClientName: clientName})
+	t.Cleanup(func() { _ = waiterRDB.Close() })
+	admin := b.Client(t)
+	holderC, waiterC := newClient(t, b.Client(t)), newClient(t, waiterRDB)
+	holder, waiter := newMutex(t, holderC, name), newMutex(t, waiterC, name)
+	require.NoError(t, holder.LockWithLease(ctx, time.Minute))
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(ctx) }()
+	waitSubscribed(t, b, waiterC)
+
+	require.NoError(t, admin.Del(ctx, name).Err()) // freed, and nobody is told
+	list, err := admin.ClientList(ctx).Result()
+	require.NoError(t, err)
+	killed := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, "name="+clientName+" ") && strings.Contains(line, " sub=1 ") {
+			id := strings.TrimPrefix(strings.Fields(line)[0], "id=")
+			require.NoError(t, admin.Do(ctx, "client", "kill", "id", id).Err())
+			killed++
+		}
+	}
+	require.Equal(t, 1, killed, "the waiter's pub/sub connection")
+	require.NoError(t, <-got)
+	require.NoError(t, waiter.Unlock(ctx))
 }
