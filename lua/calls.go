@@ -54,7 +54,7 @@ func (r UnlockResult) String() string {
 	return "UnlockResult(" + strconv.Itoa(int(r)) + ")"
 }
 
-// nilOrInt reads a reply that is nil (true) or an integer.
+// nilOrInt reads a reply that is nil or "OK" (true) or an integer.
 func nilOrInt(cmd *redis.Cmd) (isNil bool, n int64, err error) {
 	v, err := cmd.Result()
 	if errors.Is(err, redis.Nil) {
@@ -63,11 +63,15 @@ func nilOrInt(cmd *redis.Cmd) (isNil bool, n int64, err error) {
 	if err != nil {
 		return false, 0, err
 	}
-	n, ok := v.(int64)
-	if !ok {
-		return false, 0, fmt.Errorf("lua: unexpected reply %T %v", v, v)
+	switch v := v.(type) {
+	case int64:
+		return false, v, nil
+	case string:
+		if v == "OK" {
+			return true, 0, nil
+		}
 	}
-	return false, n, nil
+	return false, 0, fmt.Errorf("lua: unexpected reply %T %v", v, v)
 }
 
 func unlockResult(cmd *redis.Cmd) (UnlockResult, error) {
@@ -88,7 +92,7 @@ func unlockResult(cmd *redis.Cmd) (UnlockResult, error) {
 // Acquire runs acquire.lua (reads Owner, LeaseMs). It reports whether the
 // owner holds the lock now, and otherwise the holder's remaining lease in ms.
 func (s *Scripts) Acquire(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
-	return nilOrInt(s.Script(FileAcquire).Run(ctx, rdb, []string{k.Name}, a.LeaseMs, a.Owner))
+	return nilOrInt(s.Script(FileAcquire).Run(ctx, rdb, k.acquireKeys(), a.LeaseMs, a.Owner))
 }
 
 // Unlock runs unlock.lua (reads Owner, LeaseMs, RequestID, LatchMs, PubCmd).
@@ -170,4 +174,12 @@ func (s *Scripts) FairForceUnlock(ctx context.Context, rdb redis.Scripter, k Key
 	_, n, err := nilOrInt(s.Script(FileFairForceUnlock).Run(ctx, rdb,
 		[]string{k.Name, k.Queue, k.Timeouts, k.Channel}, UnlockMessage, a.NowMs, a.pubCmd(), a.GraceMs))
 	return n == 1, err
+}
+
+// acquireKeys is KEYS of acquire.lua. go-redis only reads it.
+func (k Keys) acquireKeys() []string {
+	if k.nameOnly == nil {
+		return []string{k.Name}
+	}
+	return k.nameOnly
 }

@@ -9,13 +9,13 @@
 -- ARGV[3]  now: client clock, Unix milliseconds   (note: 3 and 4 are swapped
 -- ARGV[4]  the caller's wait slot in milliseconds   relative to fair_try_lock_wait)
 --
--- Reply: nil when ARGV[2] now holds the lock (taken or re-entered), 1 when
--- not. A free lock with a live waiter queued is not taken: the queue goes first.
+-- Reply: "OK" when ARGV[2] now holds the lock (taken or re-entered; Redisson
+-- replies nil, see acquire.lua), 1 when not. A free lock with a live waiter queued is not taken: the queue goes first.
 local lock, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local owner, now, wait = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
 prune_stale_heads(queue, timeouts, now)
 if take_or_reenter(lock, queue, timeouts, owner, ARGV[1], wait) then
-    return nil
+    return 'OK'
 end
 return 1

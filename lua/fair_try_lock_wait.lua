@@ -10,7 +10,8 @@
 -- ARGV[4]  now: client clock, Unix milliseconds
 -- ARGV[5]  head grace in milliseconds (not in Redisson; <= 0 turns it off)
 --
--- Reply: nil when ARGV[2] now holds the lock. Otherwise the milliseconds to
+-- Reply: "OK" when ARGV[2] now holds the lock (Redisson: nil, see
+-- acquire.lua). Otherwise the milliseconds to
 -- wait before trying again (a message on the owner's channel may come first):
 --   - newly queued: the time until the waiter ahead of it runs out (its
 --     deadline - now), or the lock's PTTL when nobody is ahead;
@@ -27,7 +28,7 @@ local now, grace = tonumber(ARGV[4]), tonumber(ARGV[5])
 
 prune_stale_heads(queue, timeouts, now)
 if take_or_reenter(lock, queue, timeouts, owner, ARGV[1], wait) then
-    return nil
+    return 'OK'
 end
 
 local pttl = redis.call('pttl', lock)

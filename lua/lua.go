@@ -88,6 +88,7 @@ type Keys struct {
 	Queue    string // redisson_lock_queue:{name} (fair lock)
 	Timeouts string // redisson_lock_timeout:{name} (fair lock)
 	latch    string
+	nameOnly []string // {Name}: KEYS of acquire.lua, built once
 }
 
 // KeysFor returns the keys of the lock called name. It does not validate the
@@ -99,6 +100,7 @@ func KeysFor(name string) Keys {
 		Queue:    prefixName(queuePrefix, name),
 		Timeouts: prefixName(timeoutPrefix, name),
 		latch:    prefixName(latchPrefix, name),
+		nameOnly: []string{name},
 	}
 }
 

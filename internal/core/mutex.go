@@ -46,7 +46,9 @@ type Mutex struct {
 // hold is one period of holding the lock, from the first acquisition to the
 // release of the last hold or the loss of the lock.
 type hold struct {
-	done    chan struct{}
+	m       *Mutex
+	done    chan struct{} // made on the first call to Done
+	ended   bool
 	err     error
 	leaseMs int64 // lease set by the latest acquisition (Redisson's internalLockLeaseTime)
 	wd      *watchdog.Entry
@@ -237,7 +239,7 @@ func (m *Mutex) granted(leaseMs int64, watchdogLease bool) {
 	m.holds++
 	h := m.cur
 	if h == nil {
-		h = &hold{done: make(chan struct{})}
+		h = &hold{m: m}
 		m.cur = h
 	}
 	h.leaseMs = leaseMs
@@ -247,9 +249,7 @@ func (m *Mutex) granted(leaseMs int64, watchdogLease bool) {
 			h.timer = nil
 		}
 		if h.wd == nil {
-			h.wd = m.S.Watchdog.Add(m.Keys.Name, m.Owner, func(reason error) {
-				m.end(h, fmt.Errorf("%w: %q: %w", ErrLost, m.Keys.Name, reason))
-			})
+			h.wd = m.S.Watchdog.Add(m.Keys.Name, m.Owner, h)
 		}
 		return
 	}
@@ -264,6 +264,11 @@ func (m *Mutex) granted(leaseMs int64, watchdogLease bool) {
 	h.timer = time.AfterFunc(d, func() {
 		m.end(h, fmt.Errorf("%w: %q: lease of %v ran out", ErrLost, m.Keys.Name, d))
 	})
+}
+
+// Lost is the watchdog's report that h's lock is gone.
+func (h *hold) Lost(reason error) {
+	h.m.end(h, fmt.Errorf("%w: %q: %w", ErrLost, h.m.Keys.Name, reason))
 }
 
 // end finishes hold h (if still current) with err: nil for a release.
@@ -283,7 +288,10 @@ func (m *Mutex) end(h *hold, err error) {
 		h.timer.Stop()
 	}
 	h.err = err
-	close(h.done)
+	h.ended = true
+	if h.done != nil {
+		close(h.done)
+	}
 }
 
 // unlockRetries is how many times an unlock is sent when Redis does not
@@ -385,6 +393,9 @@ func (m *Mutex) Done() <-chan struct{} {
 	defer m.mu.Unlock()
 	if m.cur == nil {
 		return closedChan
+	}
+	if m.cur.done == nil {
+		m.cur.done = make(chan struct{})
 	}
 	return m.cur.done
 }

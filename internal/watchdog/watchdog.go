@@ -37,10 +37,16 @@ type Watchdog struct {
 	once    sync.Once
 }
 
+// Holder is told when its lock is found lost.
+type Holder interface {
+	// Lost runs once, on the watchdog's goroutine, and must not block.
+	Lost(reason error)
+}
+
 // Entry is one registered (lock, owner).
 type Entry struct {
 	name, owner string
-	onLost      func(reason error)
+	holder      Holder
 	lastRenew   time.Time
 }
 
@@ -58,11 +64,10 @@ func New(renew RenewFunc, slot SlotFunc, lease time.Duration, batch int) *Watchd
 	return w
 }
 
-// Add registers a lock whose lease was just set by its owner. onLost runs
-// (once, on the watchdog's goroutine, and must not block) when the lock is
-// found lost; the entry is then removed.
-func (w *Watchdog) Add(name, owner string, onLost func(reason error)) *Entry {
-	e := &Entry{name: name, owner: owner, onLost: onLost, lastRenew: time.Now()}
+// Add registers a lock whose lease was just set by its owner. The holder is
+// told when the lock is found lost; the entry is then removed.
+func (w *Watchdog) Add(name, owner string, holder Holder) *Entry {
+	e := &Entry{name: name, owner: owner, holder: holder, lastRenew: time.Now()}
 	w.mu.Lock()
 	w.entries[e] = struct{}{}
 	w.mu.Unlock()
@@ -174,7 +179,7 @@ func (w *Watchdog) renewBatch(ctx context.Context, batch []*Entry) {
 		delete(w.entries, e)
 		w.mu.Unlock()
 		if still {
-			e.onLost(reason)
+			e.holder.Lost(reason)
 		}
 	}
 }
