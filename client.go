@@ -44,6 +44,10 @@ var (
 	// ErrInvalidName: an empty name, or one whose braces do not form a
 	// Redis hash tag.
 	ErrInvalidName = core.ErrInvalidName
+	// ErrNoReplicaAck: the lock was taken on the primary but no replica
+	// acknowledged it within the replica-ack timeout; the acquisition was
+	// undone. See WithReplicaAck.
+	ErrNoReplicaAck = core.ErrNoReplicaAck
 	// ErrInvalidValue: a nil client or context, a negative duration, or a
 	// setting out of range.
 	ErrInvalidValue = core.ErrInvalidValue
@@ -98,6 +102,18 @@ func WithRenewBatch(n int) Option { return func(c *core.Config) { c.RenewBatch =
 // WithShardedPubSub makes the scripts publish with SPUBLISH and waiters
 // subscribe with SSUBSCRIBE (Redis 7+ cluster). Default off.
 func WithShardedPubSub(on bool) Option { return func(c *core.Config) { c.ShardedPubSub = on } }
+
+// WithReplicaAck sets how long, after each acquisition, the client waits
+// (Redis WAIT) for a replica of the lock's primary to acknowledge it, like
+// Redisson's synced scripts. It applies only when the primary has replicas
+// (INFO replication, re-read every 5 s); when none acknowledges, the
+// acquisition is undone and the call fails with ErrNoReplicaAck. This makes
+// a failover right after an acquisition far less likely to lose the lock,
+// not impossible (see docs/design.md). Default 1 s; a negative value turns
+// it off.
+func WithReplicaAck(timeout time.Duration) Option {
+	return func(c *core.Config) { c.ReplicaAck = timeout }
+}
 
 // NewClient makes a Client over rdb (a *redis.Client, *redis.ClusterClient,
 // a Sentinel-backed client, or any redis.UniversalClient). It sends nothing

@@ -129,7 +129,15 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 
 	attempt := func() (bool, int64, error) {
 		a.NowMs = time.Now().UnixMilli()
-		return m.E.Try(ctx, a, o.Queue)
+		ok, ttl, err := m.E.Try(ctx, a, o.Queue)
+		if ok && err == nil {
+			// Replica acknowledgement (replicas.go): an error here is
+			// handled as an ambiguous attempt, whose cleanup undoes the hold.
+			if err = m.S.ConfirmAcquire(ctx, m.Keys.Name, m.Owner); err != nil {
+				ok = false
+			}
+		}
+		return ok, ttl, err
 	}
 	giveUp := func(err error, ambiguous bool) (bool, error) {
 		m.cleanup(ctx, a, o.Queue, ambiguous && !notSent(err))

@@ -41,6 +41,7 @@ type Config struct {
 	CleanupTime   time.Duration // bound on Unlock / give-up cleanup run after ctx ended; default 5 s
 	RenewBatch    int           // keys per renewal call; default 100
 	ShardedPubSub bool          // publish with SPUBLISH (Redis 7+ cluster)
+	ReplicaAck    time.Duration // WAIT timeout after an acquisition (see replicas.go); default 1 s; negative turns it off
 }
 
 func (c *Config) fill() error {
@@ -54,6 +55,7 @@ func (c *Config) fill() error {
 	def(&c.HeadGrace, 5*time.Second)
 	def(&c.LatchTTL, 10*time.Second)
 	def(&c.CleanupTime, 5*time.Second)
+	def(&c.ReplicaAck, time.Second)
 	if c.RenewBatch == 0 {
 		c.RenewBatch = 100
 	}
@@ -77,6 +79,7 @@ type Session struct {
 	Watchdog *watchdog.Watchdog
 	Config   Config
 
+	acks       replicaAck
 	nextThread atomic.Int64
 	closeOnce  sync.Once
 	closed     atomic.Bool
@@ -92,7 +95,7 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 		return nil, err
 	}
 	s := &Session{ID: newUUID(), RDB: rdb, Scripts: lua.Default, Config: cfg}
-	s.Hub = pubsub.New(rdb, 30*time.Second)
+	s.Hub = pubsub.New(rdb, 30*time.Second, pubsub.Sharded(cfg.ShardedPubSub, Slot))
 	var slot watchdog.SlotFunc
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		slot = Slot

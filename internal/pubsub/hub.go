@@ -1,20 +1,36 @@
-// Package pubsub multiplexes every lock waiter of one client over a single
-// Redis pub/sub connection.
+// Package pubsub multiplexes every lock waiter of one client over shared
+// Redis pub/sub connections: one connection in classic mode, one per
+// cluster shard (primary) in sharded mode.
 //
 // A waiter subscribes to a channel and receives wake-ups on a buffered
 // channel of capacity 1, so a message that arrives between a waiter's retry
 // and its wait is kept, not lost. Subscriptions are reference-counted per
-// channel: the first waiter sends SUBSCRIBE and waits for the server's
-// confirmation, the last one to leave sends UNSUBSCRIBE. One goroutine reads
-// the connection. After the connection drops and go-redis re-subscribes,
-// every waiter is woken so it re-checks the lock at once (a message may have
-// been lost while the connection was down).
+// channel: the first waiter sends SUBSCRIBE (SSUBSCRIBE) and waits for the
+// server's confirmation, the last one to leave sends UNSUBSCRIBE. One
+// goroutine reads each connection; there is no goroutine per waiter. After a
+// connection drops and go-redis re-subscribes, every waiter on it is woken so
+// it re-checks its lock at once (a message may have been lost while the
+// connection was down).
+//
+// Sharded mode (SSUBSCRIBE, Redis 7+): a shard channel can only be
+// subscribed on the primary that serves its hash slot, and one go-redis
+// PubSub talks to one node, so the hub keeps one PubSub per primary and puts
+// each channel on the PubSub of the primary that serves it. When the server
+// refuses a subscription with MOVED (the slot moved, or our view of the
+// cluster was stale), or drops it with an unrequested SUNSUBSCRIBE (Redis
+// does this when a slot leaves the node), the hub moves the channel to the
+// PubSub of its new primary and wakes its waiters so they re-check. When a
+// primary fails, go-redis reconnects the PubSub to whichever node then
+// serves the slots (the promoted replica) once the cluster view is reloaded,
+// which the hub asks for.
 package pubsub
 
 import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,19 +42,33 @@ var ErrClosed = errors.New("pubsub: hub closed")
 
 // Hub is one client's shared subscription.
 type Hub struct {
-	rdb   redis.UniversalClient
-	ping  time.Duration
-	mu    sync.Mutex
-	ps    *redis.PubSub
-	chans map[string]*entry
+	rdb     redis.UniversalClient
+	cluster *redis.ClusterClient // rdb, when it is one
+	sharded bool
+	ping    time.Duration
+	slot    func(string) int
+
+	mu     sync.Mutex
+	conns  map[string]*conn // by primary address ("" outside a sharded cluster)
+	chans  map[string]*entry
+	closed bool
+}
+
+// conn is one PubSub and the goroutine reading it.
+type conn struct {
+	key  string
+	ps   *redis.PubSub
+	done chan struct{}
 	// sent counts SUBSCRIBEs per channel whose confirmation has not been
 	// read yet, so an old confirmation never confirms a newer subscription.
-	sent   map[string]int
-	closed bool
-	done   chan struct{}
+	sent map[string]int
+	// unsent counts our own SUNSUBSCRIBEs not yet confirmed, to tell them
+	// from the server dropping a channel whose slot moved away.
+	unsent map[string]int
 }
 
 type entry struct {
+	c         *conn // the connection the channel is subscribed on
 	confirmed bool
 	ready     chan struct{} // closed at the first confirmation
 	waiters   []*Waiter     // in arrival order
@@ -52,41 +82,97 @@ type Waiter struct {
 	closed  bool
 }
 
-// New makes a hub over rdb. Nothing is sent to Redis until the first
-// Subscribe. pingEvery is how long the connection may be silent before it is
-// checked with a PING.
-func New(rdb redis.UniversalClient, pingEvery time.Duration) *Hub {
-	return &Hub{rdb: rdb, ping: pingEvery, chans: map[string]*entry{}, sent: map[string]int{}}
+// Option configures a Hub.
+type Option func(*Hub)
+
+// Sharded makes the hub use SSUBSCRIBE (the scripts must then publish with
+// SPUBLISH). slot maps a channel to its cluster hash slot.
+func Sharded(on bool, slot func(string) int) Option {
+	return func(h *Hub) { h.sharded, h.slot = on, slot }
 }
+
+// New makes a hub over rdb. Nothing is sent to Redis until the first
+// Subscribe. pingEvery is how long a connection may be silent before it is
+// checked with a PING.
+func New(rdb redis.UniversalClient, pingEvery time.Duration, opts ...Option) *Hub {
+	h := &Hub{rdb: rdb, ping: pingEvery, conns: map[string]*conn{}, chans: map[string]*entry{}}
+	h.cluster, _ = rdb.(*redis.ClusterClient)
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// Sharded reports whether the hub uses sharded pub/sub.
+func (h *Hub) Sharded() bool { return h.sharded }
 
 // C is where wake-ups arrive. It has room for one: wake-ups coalesce.
 func (w *Waiter) C() <-chan struct{} { return w.c }
+
+// shardKey is the connection a channel belongs on: its primary's address
+// in a sharded cluster, else "".
+func (h *Hub) shardKey(ctx context.Context, channel string) (string, error) {
+	if !h.sharded || h.cluster == nil {
+		return "", nil
+	}
+	node, err := h.cluster.MasterForKey(ctx, channel)
+	if err != nil {
+		return "", err
+	}
+	return node.Options().Addr, nil
+}
+
+// connLocked returns the connection for key, starting it if needed.
+// h.mu is held.
+func (h *Hub) connLocked(ctx context.Context, key string) *conn {
+	if c := h.conns[key]; c != nil {
+		return c
+	}
+	c := &conn{key: key, done: make(chan struct{}), sent: map[string]int{}, unsent: map[string]int{}}
+	ctx = context.WithoutCancel(ctx)
+	if h.sharded {
+		c.ps = h.rdb.SSubscribe(ctx)
+	} else {
+		c.ps = h.rdb.Subscribe(ctx)
+	}
+	h.conns[key] = c
+	go h.read(c)
+	return c
+}
+
+// subscribeLocked sends the subscription of channel on c. h.mu is held.
+func (h *Hub) subscribeLocked(ctx context.Context, c *conn, channel string) {
+	c.sent[channel]++
+	var err error
+	if h.sharded {
+		err = c.ps.SSubscribe(ctx, channel)
+	} else {
+		err = c.ps.Subscribe(ctx, channel)
+	}
+	// On error go-redis keeps the channel in its set and re-subscribes on
+	// reconnect; the confirmation will come then, or the caller's ctx ends.
+	_ = err
+}
 
 // Subscribe subscribes to channel and returns once the server has confirmed
 // the subscription, so that every message published afterwards is seen.
 // When ctx ends first, nothing is left behind and ctx's error is returned.
 func (h *Hub) Subscribe(ctx context.Context, channel string) (*Waiter, error) {
+	key, err := h.shardKey(ctx, channel)
+	if err != nil {
+		return nil, err
+	}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if h.ps == nil {
-		h.ps = h.rdb.Subscribe(context.WithoutCancel(ctx))
-		h.done = make(chan struct{})
-		go h.read(h.ps, h.done)
-	}
 	w := &Waiter{hub: h, channel: channel, c: make(chan struct{}, 1)}
 	e := h.chans[channel]
 	if e == nil {
-		e = &entry{ready: make(chan struct{})}
+		e = &entry{ready: make(chan struct{}), c: h.connLocked(ctx, key)}
 		h.chans[channel] = e
-		h.sent[channel]++
-		if err := h.ps.Subscribe(ctx, channel); err != nil {
-			// go-redis keeps the channel in its set and re-subscribes on
-			// reconnect; the confirmation will come then, or ctx ends.
-			_ = err
-		}
+		h.subscribeLocked(ctx, e.c, channel)
 	}
 	e.waiters = append(e.waiters, w)
 	ready := e.ready
@@ -131,11 +217,21 @@ func (w *Waiter) Close() {
 		return
 	}
 	delete(h.chans, w.channel)
-	if h.ps != nil && !h.closed {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = h.ps.Unsubscribe(ctx, w.channel)
-		cancel()
+	if !h.closed {
+		h.unsubscribeLocked(e.c, w.channel)
 	}
+}
+
+// unsubscribeLocked drops channel from c. h.mu is held.
+func (h *Hub) unsubscribeLocked(c *conn, channel string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if h.sharded {
+		c.unsent[channel]++
+		_ = c.ps.SUnsubscribe(ctx, channel)
+		return
+	}
+	_ = c.ps.Unsubscribe(ctx, channel)
 }
 
 func wakeOne(e *entry) {
@@ -164,8 +260,15 @@ func (h *Hub) Channels() int {
 	return len(h.chans)
 }
 
-// Close ends the subscription and its goroutine. Waiters still subscribed
-// get no more wake-ups.
+// Conns reports how many pub/sub connections the hub holds (for tests).
+func (h *Hub) Conns() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.conns)
+}
+
+// Close ends the subscriptions and their goroutines. Waiters still
+// subscribed get no more wake-ups.
 func (h *Hub) Close() error {
 	h.mu.Lock()
 	if h.closed {
@@ -173,27 +276,32 @@ func (h *Hub) Close() error {
 		return nil
 	}
 	h.closed = true
-	ps, done := h.ps, h.done
+	conns := h.conns
 	h.mu.Unlock()
-	if ps == nil {
-		return nil
+	var first error
+	for _, c := range conns {
+		if err := c.ps.Close(); err != nil && first == nil {
+			first = err
+		}
+		<-c.done
 	}
-	err := ps.Close()
-	<-done
-	return err
+	return first
 }
 
-func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
-	defer close(done)
+func (h *Hub) isClosed() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
+}
+
+func (h *Hub) read(c *conn) {
+	defer close(c.done)
 	ctx := context.Background()
 	failed := false
 	for {
-		msg, err := ps.ReceiveTimeout(ctx, h.ping)
+		msg, err := c.ps.ReceiveTimeout(ctx, h.ping)
 		if err != nil {
-			h.mu.Lock()
-			closed := h.closed
-			h.mu.Unlock()
-			if closed {
+			if h.isClosed() {
 				return
 			}
 			var ne net.Error
@@ -201,18 +309,32 @@ func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
 				// Silence: check the connection. A failed PING makes
 				// go-redis reconnect and re-subscribe.
 				pctx, cancel := context.WithTimeout(ctx, h.ping)
-				_ = ps.Ping(pctx)
+				_ = c.ps.Ping(pctx)
 				cancel()
 				continue
 			}
+			if slot, addr, ok := movedSlot(err); ok {
+				// A subscription was refused: its slot is served
+				// elsewhere. Not a connection failure.
+				h.relocate(c, slot, addr)
+				continue
+			}
 			failed = true
+			if h.cluster != nil {
+				// The node may be gone: let go-redis learn who serves
+				// its slots now, so the reconnect goes there.
+				h.cluster.ReloadState(ctx)
+			}
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
 		switch m := msg.(type) {
 		case *redis.Subscription:
-			if m.Kind == "subscribe" || m.Kind == "ssubscribe" {
-				h.confirmed(m.Channel, failed)
+			switch m.Kind {
+			case "subscribe", "ssubscribe":
+				h.confirmed(c, m.Channel, failed)
+			case "sunsubscribe":
+				h.dropped(c, m.Channel)
 			}
 		case *redis.Message:
 			failed = false
@@ -223,19 +345,112 @@ func (h *Hub) read(ps *redis.PubSub, done chan struct{}) {
 	}
 }
 
+// movedSlot parses a "MOVED <slot> <addr>" error reply.
+func movedSlot(err error) (int, string, bool) {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return 0, "", false
+	}
+	f := strings.Fields(re.Error())
+	if len(f) != 3 || (f[0] != "MOVED" && f[0] != "ASK") {
+		return 0, "", false
+	}
+	slot, err := strconv.Atoi(f[1])
+	if err != nil {
+		return 0, "", false
+	}
+	return slot, f[2], true
+}
+
+// relocate moves every channel of c in slot to the connection of the
+// primary that now serves it.
+func (h *Hub) relocate(c *conn, slot int, _ string) {
+	if h.slot == nil {
+		return
+	}
+	h.mu.Lock()
+	var moving []string
+	for ch, e := range h.chans {
+		if e.c == c && h.slot(ch) == slot {
+			moving = append(moving, ch)
+		}
+	}
+	h.mu.Unlock()
+	h.move(c, moving)
+}
+
+// dropped handles an SUNSUBSCRIBE confirmation: ours, or the server's
+// notice that the channel's slot left the node.
+func (h *Hub) dropped(c *conn, channel string) {
+	h.mu.Lock()
+	if c.unsent[channel] > 0 {
+		c.unsent[channel]--
+		if c.unsent[channel] == 0 {
+			delete(c.unsent, channel)
+		}
+		h.mu.Unlock()
+		return
+	}
+	e := h.chans[channel]
+	mine := e != nil && e.c == c
+	h.mu.Unlock()
+	if mine {
+		h.move(c, []string{channel})
+	}
+}
+
+// move re-subscribes channels (still subscribed, according to the hub, on
+// c) on the connection of their current primary, and wakes their waiters at
+// once: a message published while the slot moved went to the other node.
+func (h *Hub) move(c *conn, channels []string) {
+	if len(channels) == 0 {
+		return
+	}
+	if h.cluster != nil {
+		h.cluster.ReloadState(context.Background())
+	}
+	// Give the reload a moment, and keep a refusal loop (our view still
+	// stale) from spinning.
+	time.Sleep(50 * time.Millisecond)
+	for _, ch := range channels {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		key, err := h.shardKey(ctx, ch)
+		cancel()
+		h.mu.Lock()
+		e := h.chans[ch]
+		if h.closed || e == nil || e.c != c {
+			h.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			key = c.key
+		}
+		// Forget the channel on c without waiting for the server: the
+		// server already dropped or refused it.
+		delete(c.sent, ch)
+		h.unsubscribeLocked(c, ch)
+		e.c = h.connLocked(context.Background(), key)
+		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
+		h.subscribeLocked(sctx, e.c, ch)
+		scancel()
+		wakeAll(e)
+		h.mu.Unlock()
+	}
+}
+
 // confirmed handles a subscription confirmation. One that follows a
 // connection failure is a re-subscription: every waiter on the channel
 // re-checks its lock.
-func (h *Hub) confirmed(channel string, afterFailure bool) {
+func (h *Hub) confirmed(c *conn, channel string, afterFailure bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if afterFailure {
-		clear(h.sent)
-	} else if h.sent[channel] > 0 {
-		h.sent[channel]--
+		clear(c.sent)
+	} else if c.sent[channel] > 0 {
+		c.sent[channel]--
 	}
 	e := h.chans[channel]
-	if e == nil || h.sent[channel] > 0 {
+	if e == nil || e.c != c || c.sent[channel] > 0 {
 		return
 	}
 	if !e.confirmed {
