@@ -276,4 +276,3 @@ func (s *queueScene) offsets(start time.Time) []time.Duration {
 	}
 	return out
 }
-
