@@ -1,0 +1,24 @@
+module github.com/fairlock-go/fairlock/bench
+
+go 1.26.8
+
+require (
+	github.com/bsm/redislock v0.9.4
+	github.com/fairlock-go/fairlock v0.0.0
+	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redis/rueidis v1.0.79
+)
+
+require (
+	github.com/alicebob/miniredis/v2 v2.40.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/yuin/gopher-lua v1.1.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
+
+// The library under test is this repository itself, so the peers benchmarked
+// here never become dependencies of the library.
+replace github.com/fairlock-go/fairlock => ../

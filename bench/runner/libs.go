@@ -1,0 +1,344 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	rsgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/rueidislock"
+
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/fair"
+	"github.com/fairlock-go/fairlock/reentrant"
+)
+
+// A Lib is one lock library under test, configured as its README (or its
+// documented example) recommends for a single Redis.
+type Lib struct {
+	Name   string
+	Queue  bool   // waiters queue in Redis in arrival order
+	Wakeup string // how a waiter learns that the lock is free
+	Config string // the configuration used, for the report
+	open   func(e *env) (client, error)
+}
+
+// client is one process-level client of a library (its own connections).
+type client interface {
+	mutex(name string) (mutex, error)
+	close()
+}
+
+// mutex is one goroutine's handle on a lock.
+type mutex interface {
+	lock(ctx context.Context) error
+	unlock(ctx context.Context) error
+}
+
+// env is what a library client is built against.
+type env struct {
+	addr   string
+	prefix string   // every key this run touches starts with it (or carries it in a {tag})
+	cmds   *counter // client-side command counter (round trips)
+}
+
+// counter counts the commands sent by the go-redis and rueidis clients of a
+// run, and remembers the slowest script call (EVAL/EVALSHA) when asked to.
+type counter struct {
+	n          atomic.Int64
+	timeScript atomic.Bool
+	mu         sync.Mutex
+	maxScript  time.Duration
+}
+
+func (c *counter) scriptTime(d time.Duration) {
+	c.mu.Lock()
+	c.maxScript = max(c.maxScript, d)
+	c.mu.Unlock()
+}
+
+func (c *counter) resetMaxScript() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := c.maxScript
+	c.maxScript = 0
+	return d
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		if !c.timeScript.Load() {
+			return next(ctx, cmd)
+		}
+		switch cmd.Name() {
+		case "evalsha", "eval":
+			t := time.Now()
+			err := next(ctx, cmd)
+			c.scriptTime(time.Since(t))
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+func (e *env) goredis() *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: e.addr})
+	rdb.AddHook(e.cmds)
+	return rdb
+}
+
+// Libs is every library the runner knows, in report order.
+func Libs() []Lib {
+	return []Lib{
+		{Name: "fairlock/reentrant", Wakeup: "pub/sub, shared connection",
+			Config: "fairlock.NewClient(go-redis v9 client), reentrant.New; defaults (30 s watchdog lease)",
+			open:   openFairlock(false)},
+		{Name: "fairlock/fair", Queue: true, Wakeup: "pub/sub per waiter, shared connection",
+			Config: "fairlock.NewClient(go-redis v9 client), fair.New; defaults (30 s watchdog lease, 5 min wait slot)",
+			open:   openFairlock(true)},
+		{Name: "redsync", Wakeup: "polling (random 50–250 ms)",
+			Config: "redsync.New(goredis.NewPool(go-redis v9 client)), NewMutex; defaults (8 s expiry, 32 tries, 50–250 ms retry delay); Lock retried on ErrFailed",
+			open:   openRedsync},
+		{Name: "bsm/redislock", Wakeup: "polling (linear 100 ms)",
+			Config: "redislock.New(go-redis v9 client); Obtain(ctx, key, 8 s, RetryStrategy: LinearBackoff(100 ms)) as its retry example, bounded by ctx",
+			open:   openRedislock},
+		{Name: "rueidislock", Wakeup: "client-side caching invalidation",
+			Config: "rueidislock.NewLocker(KeyMajority: 1, NoLoopTracking: true) as its README for one Redis; defaults otherwise (5 s validity)",
+			open:   openRueidislock},
+	}
+}
+
+// ---- fairlock (this project)
+
+type flClient struct {
+	rdb  *redis.Client
+	c    *fairlock.Client
+	fair bool
+	e    *env
+}
+
+func openFairlock(isFair bool) func(e *env) (client, error) {
+	return func(e *env) (client, error) {
+		rdb := e.goredis()
+		c, err := fairlock.NewClient(rdb)
+		if err != nil {
+			_ = rdb.Close()
+			return nil, err
+		}
+		return &flClient{rdb: rdb, c: c, fair: isFair, e: e}, nil
+	}
+}
+
+func (c *flClient) mutex(name string) (mutex, error) {
+	if c.fair {
+		m, err := fair.New(c.c, c.e.prefix+name)
+		if err != nil {
+			return nil, err
+		}
+		return flFair{m}, nil
+	}
+	m, err := reentrant.New(c.c, c.e.prefix+name)
+	if err != nil {
+		return nil, err
+	}
+	return flReentrant{m}, nil
+}
+
+func (c *flClient) close() { _ = c.c.Close(); _ = c.rdb.Close() }
+
+type flReentrant struct{ m *reentrant.Mutex }
+
+func (m flReentrant) lock(ctx context.Context) error   { return m.m.Lock(ctx) }
+func (m flReentrant) unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
+
+type flFair struct{ m *fair.Mutex }
+
+func (m flFair) lock(ctx context.Context) error   { return m.m.Lock(ctx) }
+func (m flFair) unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
+
+// ---- redsync
+
+type rsClient struct {
+	rdb *redis.Client
+	rs  *redsync.Redsync
+	e   *env
+}
+
+func openRedsync(e *env) (client, error) {
+	rdb := e.goredis()
+	return &rsClient{rdb: rdb, rs: redsync.New(rsgoredis.NewPool(rdb)), e: e}, nil
+}
+
+func (c *rsClient) mutex(name string) (mutex, error) {
+	return rsMutex{c.rs.NewMutex(c.e.prefix + name)}, nil
+}
+
+func (c *rsClient) close() { _ = c.rdb.Close() }
+
+type rsMutex struct{ m *redsync.Mutex }
+
+// lock calls LockContext again when it gives up after its 32 tries (the
+// README says to retry): the benchmark wants the lock, however long it takes.
+func (m rsMutex) lock(ctx context.Context) error {
+	for {
+		err := m.m.LockContext(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var re redsync.RedisError
+		if errors.As(err, &re) {
+			return err
+		}
+	}
+}
+
+func (m rsMutex) unlock(ctx context.Context) error {
+	ok, err := m.m.UnlockContext(ctx)
+	if err == nil && !ok {
+		err = errors.New("redsync: unlock reported not held")
+	}
+	return err
+}
+
+// ---- bsm/redislock
+
+type rlClient struct {
+	rdb *redis.Client
+	l   *redislock.Client
+	e   *env
+}
+
+func openRedislock(e *env) (client, error) {
+	rdb := e.goredis()
+	return &rlClient{rdb: rdb, l: redislock.New(rdb), e: e}, nil
+}
+
+func (c *rlClient) mutex(name string) (mutex, error) {
+	return &rlMutex{c: c, key: c.e.prefix + name}, nil
+}
+
+func (c *rlClient) close() { _ = c.rdb.Close() }
+
+type rlMutex struct {
+	c    *rlClient
+	key  string
+	held *redislock.Lock
+}
+
+func (m *rlMutex) lock(ctx context.Context) error {
+	l, err := m.c.l.Obtain(ctx, m.key, 8*time.Second, &redislock.Options{
+		RetryStrategy: redislock.LinearBackoff(100 * time.Millisecond),
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+	m.held = l
+	return nil
+}
+
+func (m *rlMutex) unlock(ctx context.Context) error {
+	if m.held == nil {
+		return redislock.ErrLockNotHeld
+	}
+	err := m.held.Release(ctx)
+	m.held = nil
+	return err
+}
+
+// ---- rueidislock
+
+type rdlClient struct {
+	l rueidislock.Locker
+}
+
+// countingRueidis counts the commands rueidislock sends, as the go-redis
+// hook does for the others.
+type countingRueidis struct {
+	rueidis.Client
+	n *atomic.Int64
+}
+
+func (c countingRueidis) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
+	c.n.Add(1)
+	return c.Client.Do(ctx, cmd)
+}
+
+func (c countingRueidis) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
+	c.n.Add(1)
+	return c.Client.DoMulti(ctx, cmds...)
+}
+
+func openRueidislock(e *env) (client, error) {
+	l, err := rueidislock.NewLocker(rueidislock.LockerOption{
+		ClientOption:   rueidis.ClientOption{InitAddress: []string{e.addr}},
+		KeyPrefix:      e.prefix + "rueidislock",
+		KeyMajority:    1,
+		NoLoopTracking: true,
+		ClientBuilder: func(o rueidis.ClientOption) (rueidis.Client, error) {
+			c, err := rueidis.NewClient(o)
+			if err != nil {
+				return nil, err
+			}
+			return countingRueidis{Client: c, n: &e.cmds.n}, nil
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rueidislock: %w", err)
+	}
+	return &rdlClient{l: l}, nil
+}
+
+func (c *rdlClient) mutex(name string) (mutex, error) {
+	return &rdlMutex{l: c.l, name: name}, nil
+}
+
+func (c *rdlClient) close() { c.l.Close() }
+
+type rdlMutex struct {
+	l      rueidislock.Locker
+	name   string
+	cancel context.CancelFunc
+}
+
+// lock holds the lock as a context; unlock cancels it, which releases the
+// key before it returns.
+func (m *rdlMutex) lock(ctx context.Context) error {
+	_, cancel, err := m.l.WithContext(ctx, m.name)
+	if err != nil {
+		return err
+	}
+	m.cancel = cancel
+	return nil
+}
+
+func (m *rdlMutex) unlock(context.Context) error {
+	if m.cancel == nil {
+		return errors.New("rueidislock: not held")
+	}
+	m.cancel()
+	m.cancel = nil
+	return nil
+}

@@ -1,0 +1,225 @@
+package runner
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Markdown writes every table of the run, and the targets of issues 2, 3
+// and 6 judged against this run's figures.
+func (r *Results) Markdown(w io.Writer) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	p("Machine: %s.\n", r.Machine)
+	p("Rounds: %d (each cell: median over rounds, (min–max) across rounds); run took %v.\n\n", r.Cfg.Rounds, r.Elapsed.Round(1e9))
+
+	if len(r.Floor)+len(r.Uncontended) > 0 {
+		p("### Floor and scenario 1: uncontended Lock+Unlock, one goroutine, one key\n\n")
+		p("%d cycles per round. Latency is per cycle (Lock+Unlock); allocs are process-wide runtime.MemStats.Mallocs per cycle; "+
+			"round trips are commands sent per cycle, counted in the client (go-redis hook; a wrapper of the rueidis client).\n\n", r.P.cycles)
+		p("| | median | p99 | allocs/cycle | round trips/cycle |\n|---|---|---|---|---|\n")
+		for _, name := range []string{Floor1, Floor2, FloorPub} {
+			if fr, ok := r.Floor[name]; ok {
+				p("| %s | %s | %s | %s | %s |\n", name, fr.med.cell(fmtUs), fr.p99.cell(fmtUs), fr.allocs.cell(fmt1), fr.rtt.cell(fmt2))
+			}
+		}
+		for _, l := range r.libs {
+			if ur, ok := r.Uncontended[l.Name]; ok {
+				p("| %s | %s | %s | %s | %s |\n", l.Name, ur.med.cell(fmtUs), ur.p99.cell(fmtUs), ur.allocs.cell(fmt1), ur.rtt.cell(fmt2))
+			}
+		}
+		p("\n")
+	}
+	if len(r.Contention) > 0 {
+		p("### Scenario 2: contention, %d clients × %d goroutines on one lock\n\n", r.P.contClients, r.P.contPerCl)
+		p("%v per round; the holder only bumps a counter. Handoff latency: from just before the holder calls Unlock to just after "+
+			"the next holder's Lock returns (one in-process monotonic clock). Self: share of grants to the goroutine that released last "+
+			"(it calls Lock again at once; a lock without a queue often lets it barge ahead of the waiters).\n\n", r.P.duration)
+		p("| library | wake-up | grants/s | self %% | handoff median, any next holder | handoff median, to another goroutine | handoff p99, to another goroutine | exclusion violations | errors |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, l := range r.libs {
+			if cr, ok := r.Contention[l.Name]; ok {
+				p("| %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", l.Name, l.Wakeup, cr.rate.cell(fmtInt), cr.selfPct.cell(fmtInt), cr.med.cell(fmtUs),
+					cr.medOther.cell(fmtUs), cr.p99Other.cell(fmtUs), cr.violations, errCell(cr.errors, cr.firstErr))
+			}
+		}
+		p("\n")
+	}
+	if len(r.Fairness) > 0 {
+		p("### Scenario 3: fairness, %d contenders arriving one by one while the lock is held\n\n", r.P.fairN)
+		p("Inversions: pairs granted in the opposite order of arrival (0 is FIFO; a random order averages %d, the maximum is %d). "+
+			"Contenders are spread over 4 clients.\n\n", r.P.fairN*(r.P.fairN-1)/4, r.P.fairN*(r.P.fairN-1)/2)
+		p("| library | arrivals | inversions | exclusion violations | errors |\n|---|---|---|---|---|\n")
+		for _, l := range r.libs {
+			if fr, ok := r.Fairness[l.Name]; ok {
+				p("| %s | %s | %s | %d | %s |\n", l.Name, fr.arrival, fr.inv.cell(fmtInt), fr.violations, errCell(fr.errors, fr.firstErr))
+			}
+		}
+		p("\n")
+	}
+	if len(r.Drain) > 0 {
+		p("### Scenario 4: fair-queue drain (fairlock/fair only)\n\n")
+		p("n real waiters (a fair.Mutex and a goroutine each, over 4 clients) queue behind a holder (enqueue time: until LLEN of the queue is n); " +
+			"then the holder unlocks and each waiter takes the lock and releases it at once. Drain: from the holder's Unlock to the last " +
+			"waiter's Unlock returning. Slowest script: the longest EVAL/EVALSHA during the drain, server-side from SLOWLOG at threshold 0 " +
+			"(only on a server the runner started) and client-side round trip. Commands per waiter count every command the clients sent during the drain.\n\n")
+		p("| waiters | enqueue | drain | drain per waiter | slowest script (server) | slowest script call (client) | commands per waiter | errors |\n|---|---|---|---|---|---|---|---|\n")
+		sizes := make([]int, 0, len(r.Drain))
+		for n := range r.Drain {
+			sizes = append(sizes, n)
+		}
+		slices.Sort(sizes)
+		for _, n := range sizes {
+			dr := r.Drain[n]
+			p("| %d | %s | %s | %s | %s | %s | %s | %s |\n", n, dr.enqueue.cell(fmtSec), dr.drain.cell(fmtSec), dr.perHandoff.cell(fmtUs),
+				dr.slowServer.cell(fmtUs), dr.slowClient.cell(fmtUs), dr.cmds.cell(fmt1), errCell(dr.errors, dr.firstErr))
+		}
+		p("\n")
+	}
+	if len(r.FairHandoff) > 0 {
+		p("### Scenario 4: fair-lock handoff latency with k waiters (issue 3)\n\n")
+		p("k+1 goroutines (over up to 4 clients) cycle Lock/Unlock on one fair lock, each queueing again at the tail after its release, so k "+
+			"waiters are queued at every release; %d grants per round. Latency as in scenario 2.\n\n", r.P.handoffN)
+		p("| waiters k | handoff median | handoff p99 | handoffs/s | self %% | exclusion violations | errors |\n|---|---|---|---|---|---|---|\n")
+		for _, k := range r.P.handoffK {
+			if hr, ok := r.FairHandoff[k]; ok {
+				p("| %d | %s | %s | %s | %s | %d | %s |\n", k, hr.med.cell(fmtUs), hr.p99.cell(fmtUs), hr.rate.cell(fmtInt), hr.selfPct.cell(fmtInt), hr.violations, errCell(hr.errors, hr.firstErr))
+			}
+		}
+		p("\n")
+	}
+	if len(r.CPU) > 0 {
+		p("### Scenario 5: wake-up cost, a queue of %d waiters drained once, each holding the lock %v\n\n", r.P.cpuWaiters, r.P.cpuHold)
+		p("The waiters (over 4 clients) arrive while a holder has the lock and settle for 300 ms; then the holder releases and each waiter "+
+			"takes the lock once, holds it %v and leaves. Redis server CPU (INFO cpu, used_cpu_user + used_cpu_sys) and the commands the clients "+
+			"sent are counted from the holder's release to the last release, and divided by the %d handoffs. Time per handoff is the drain "+
+			"time per waiter less the hold. Net of idle: less the server's idle CPU rate (measured for 500 ms just before, clients connected, "+
+			"no lock activity) times the drain's duration, since a slow drain is otherwise charged for the server's idle housekeeping.\n\n", r.P.cpuHold, r.P.cpuWaiters)
+		p("| library | wake-up | Redis CPU per handoff | net of idle | commands per handoff | time per handoff | exclusion violations | errors |\n|---|---|---|---|---|---|---|---|\n")
+		for _, l := range r.libs {
+			if cr, ok := r.CPU[l.Name]; ok {
+				p("| %s | %s | %s | %s | %s | %s | %d | %s |\n", l.Name, l.Wakeup, cr.cpuPer.cell(fmtUs), cr.cpuNet.cell(fmtUs), cr.cmdsPer.cell(fmt1), cr.perHandoff.cell(fmtUs), cr.violations, errCell(cr.errors, cr.firstErr))
+			}
+		}
+		p("\n")
+	}
+	r.targets(w)
+	p("### Library configurations\n\n")
+	for _, l := range r.libs {
+		p("- %s: %s.\n", l.Name, l.Config)
+	}
+	if len(r.Errors) > 0 {
+		p("\n### Errors during the run\n\n")
+		for _, e := range r.Errors {
+			p("- %s\n", e)
+		}
+	}
+}
+
+func errCell(n int, first string) string {
+	if n == 0 {
+		return "0"
+	}
+	if len(first) > 80 {
+		first = first[:80] + "…"
+	}
+	return fmt.Sprintf("%d (%s)", n, first)
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "**met**"
+	}
+	return "**missed**"
+}
+
+// targets judges this run's figures against the targets of issues 6 and 2.
+func (r *Results) targets(w io.Writer) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	var lines []string
+	add := func(format string, a ...any) { lines = append(lines, fmt.Sprintf(format, a...)) }
+	ours := []string{"fairlock/reentrant", "fairlock/fair"}
+	isOurs := func(n string) bool { return slices.Contains(ours, n) }
+
+	if f2, ok := r.Floor[Floor2]; ok {
+		floor := f2.med.Median()
+		fastest, fastestName := math.Inf(1), ""
+		for _, l := range r.libs {
+			if ur, ok := r.Uncontended[l.Name]; ok && !isOurs(l.Name) && ur.med.Median() < fastest {
+				fastest, fastestName = ur.med.Median(), l.Name
+			}
+		}
+		for _, name := range ours {
+			ur, ok := r.Uncontended[name]
+			if !ok {
+				continue
+			}
+			m := ur.med.Median()
+			add("Scenario 1, %s within 10%% of the two-round-trip floor: %s (median %s vs floor %s, ratio %.2f).",
+				name, verdict(m <= 1.10*floor), fmtUs(m), fmtUs(floor), m/floor)
+			if fastestName != "" {
+				add("Scenario 1, %s at least as fast as the fastest peer: %s (median %s vs %s %s, ratio %.2f).",
+					name, verdict(m <= fastest), fmtUs(m), fastestName, fmtUs(fastest), m/fastest)
+			}
+		}
+	}
+	if ur, ok := r.Uncontended["fairlock/reentrant"]; ok {
+		rt, al := ur.rtt.Median(), ur.allocs.Median()
+		add("Issue 2, reentrant Lock+Unlock round trips per cycle exactly 2: %s (%.2f); at most 30 allocs per cycle: %s (%.1f).",
+			verdict(rt == 2), rt, verdict(al <= 30), al)
+	}
+	if f1, ok := r.Floor[Floor1]; ok {
+		if fp, ok := r.Floor[FloorPub]; ok {
+			floor := f1.med.Median() + fp.med.Median()
+			for _, name := range ours {
+				if cr, ok := r.Contention[name]; ok {
+					m := cr.medOther.Median()
+					add("Scenario 2, %s median handoff to another goroutine at most 3× (one round trip + one delivery = %s): %s (median %s, ratio %.2f to the floor, %.2f to 3×).",
+						name, fmtUs(floor), verdict(m <= 3*floor), fmtUs(m), m/floor, m/(3*floor))
+				}
+			}
+		}
+	}
+	if fr, ok := r.Fairness["fairlock/fair"]; ok {
+		med, _, hi, ok := fr.inv.stats()
+		if ok {
+			add("Scenario 3, zero inversions for the fair lock: %s (median %.0f, worst round %.0f, over %d rounds).", verdict(hi == 0 && fr.errors == 0), med, hi, len(fr.inv.vals))
+		}
+	}
+	var polling []string
+	for _, l := range r.libs {
+		if strings.HasPrefix(l.Wakeup, "polling") {
+			polling = append(polling, l.Name)
+		}
+	}
+	for _, name := range ours {
+		cr, ok := r.CPU[name]
+		if !ok {
+			continue
+		}
+		m := cr.cpuNet.Median()
+		okAll := true
+		var cmp []string
+		for _, pn := range polling {
+			pr, ok := r.CPU[pn]
+			if !ok {
+				continue
+			}
+			pm := pr.cpuNet.Median()
+			okAll = okAll && m < pm
+			cmp = append(cmp, fmt.Sprintf("%s %s", pn, fmtUs(pm)))
+		}
+		if len(cmp) > 0 {
+			add("Scenario 5, %s Redis CPU per handoff (net of idle) lower than every polling peer: %s (%s vs %s).", name, verdict(okAll), fmtUs(m), strings.Join(cmp, ", "))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	p("### Targets, judged on this run\n\n")
+	for _, l := range lines {
+		p("- %s\n", l)
+	}
+	p("\n")
+}

@@ -1,0 +1,310 @@
+// Package runner is the benchmark runner behind cmd/lockbench: it measures
+// this project's locks side by side with redsync, bsm/redislock and
+// rueidislock, and the physical floor of a single Redis, in one process,
+// interleaving the libraries round by round so that machine drift hits all
+// alike.
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock/internal/redistest"
+)
+
+// Scenario names, for Config.Only.
+const (
+	ScFloor       = "floor"       // the physical floor: EVALSHA round trips, PUBLISH delivery
+	ScUncontended = "uncontended" // scenario 1
+	ScContention  = "contention"  // scenario 2
+	ScFairness    = "fairness"    // scenario 3
+	ScDrain       = "drain"       // scenario 4: fair-queue drain
+	ScFairHandoff = "fairhandoff" // scenario 4: fair handoff latency with k waiters (issue 3)
+	ScCPU         = "cpu"         // scenario 5: Redis CPU per handoff
+)
+
+// Scenarios lists every scenario in run order.
+var Scenarios = []string{ScFloor, ScUncontended, ScContention, ScFairness, ScDrain, ScFairHandoff, ScCPU}
+
+// Config is one run of the runner.
+type Config struct {
+	Redis  string   // host:port of an existing Redis; empty: start a redis-server
+	Rounds int      // repetitions of every scenario (interleaved across libraries)
+	Sizes  []int    // drain sizes
+	Quick  bool     // tiny sizes: a smoke run of a few seconds
+	Only   []string // scenarios to run; empty: all
+	Libs   []string // libraries to run (by name); empty: all
+	Log    io.Writer
+}
+
+// params are the sizes a run uses.
+type params struct {
+	cycles       int           // uncontended cycles per round
+	floorN       int           // floor samples per round
+	duration     time.Duration // contention and cpu run length
+	fairN        int           // fairness contenders
+	arrivalGap   time.Duration // gap between arrivals for libraries without a queue
+	handoffK     []int         // fair handoff waiter counts
+	handoffN     int           // grants per fair handoff run
+	cpuWaiters   int           // waiters in the cpu scenario
+	cpuHold      time.Duration // hold time in the cpu scenario
+	contClients  int
+	contPerCl    int
+	drainTimeout time.Duration
+}
+
+func (c Config) params() params {
+	if c.Quick {
+		return params{cycles: 30, floorN: 30, duration: 150 * time.Millisecond, fairN: 6, arrivalGap: 5 * time.Millisecond,
+			handoffK: []int{1, 3}, handoffN: 20, cpuWaiters: 8, cpuHold: time.Millisecond,
+			contClients: 2, contPerCl: 2, drainTimeout: 60 * time.Second}
+	}
+	return params{cycles: 2000, floorN: 2000, duration: 3 * time.Second, fairN: 32, arrivalGap: 5 * time.Millisecond,
+		handoffK: []int{1, 10, 100}, handoffN: 500, cpuWaiters: 100, cpuHold: time.Millisecond,
+		contClients: 4, contPerCl: 8, drainTimeout: 20 * time.Minute}
+}
+
+// Results holds every figure of a run, per scenario and library.
+type Results struct {
+	Cfg     Config
+	P       params
+	Machine string
+	Started time.Time
+	Elapsed time.Duration
+
+	Floor       map[string]*latRow // "1×EVALSHA", "2×EVALSHA", "PUBLISH→delivery"
+	Uncontended map[string]*latRow
+	Contention  map[string]*contRow
+	Fairness    map[string]*fairRow
+	Drain       map[int]*drainRow
+	FairHandoff map[int]*contRow
+	CPU         map[string]*cpuRow
+	Errors      []string
+	libs        []Lib
+}
+
+type latRow struct{ med, p99, allocs, rtt summary }
+
+type contRow struct {
+	rate, med, p99, selfPct summary
+	medOther, p99Other      summary
+	violations, errors      int
+	firstErr                string
+}
+
+type fairRow struct {
+	inv        summary
+	arrival    string
+	violations int
+	errors     int
+	firstErr   string
+}
+
+type drainRow struct {
+	enqueue, drain, perHandoff, slowServer, slowClient, cmds summary
+	errors                                                   int
+	firstErr                                                 string
+}
+
+type cpuRow struct {
+	cpuPer, cpuNet, perHandoff, cmdsPer summary
+	violations, errors                  int
+	firstErr                            string
+}
+
+func (c Config) wants(sc string) bool { return len(c.Only) == 0 || slices.Contains(c.Only, sc) }
+
+// Validate checks a configuration and changes nothing.
+func (c Config) Validate() error {
+	if c.Rounds < 1 {
+		return fmt.Errorf("rounds must be at least 1, got %d", c.Rounds)
+	}
+	for _, s := range c.Sizes {
+		if s < 1 {
+			return fmt.Errorf("drain size must be at least 1, got %d", s)
+		}
+	}
+	for _, o := range c.Only {
+		if !slices.Contains(Scenarios, o) {
+			return fmt.Errorf("unknown scenario %q (have %s)", o, strings.Join(Scenarios, ", "))
+		}
+	}
+	var names []string
+	for _, l := range Libs() {
+		names = append(names, l.Name)
+	}
+	for _, l := range c.Libs {
+		if !slices.Contains(names, l) {
+			return fmt.Errorf("unknown library %q (have %s)", l, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
+func (r *Results) logf(format string, a ...any) {
+	if r.Cfg.Log != nil {
+		fmt.Fprintf(r.Cfg.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
+	}
+}
+
+func (r *Results) fail(scenario, lib string, err error) {
+	msg := fmt.Sprintf("%s/%s: %v", scenario, lib, err)
+	r.Errors = append(r.Errors, msg)
+	r.logf("ERROR %s", msg)
+}
+
+// target is the Redis the run talks to.
+type target struct {
+	addr  string
+	own   bool // started by this run: CONFIG SET is allowed
+	srv   *redistest.Server
+	admin *redis.Client
+}
+
+func openTarget(ctx context.Context, addr string) (*target, error) {
+	t := &target{addr: addr}
+	if addr == "" {
+		srv, err := redistest.Start()
+		if err != nil {
+			return nil, fmt.Errorf("start redis-server: %w", err)
+		}
+		t.srv, t.addr, t.own = srv, srv.Addr, true
+	}
+	t.admin = redis.NewClient(&redis.Options{Addr: t.addr})
+	if err := t.admin.Ping(ctx).Err(); err != nil {
+		t.close()
+		return nil, fmt.Errorf("redis at %s: %w", t.addr, err)
+	}
+	return t, nil
+}
+
+func (t *target) close() {
+	_ = t.admin.Close()
+	if t.srv != nil {
+		t.srv.Stop()
+	}
+}
+
+// cleanup deletes this run's keys (and only them) from a server the run did
+// not start.
+func (t *target) cleanup(ctx context.Context, prefix string) {
+	if t.own {
+		return
+	}
+	iter := t.admin.Scan(ctx, 0, "*"+prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		_ = t.admin.Del(ctx, iter.Val()).Err()
+	}
+}
+
+func randomPrefix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "lockbench:" + hex.EncodeToString(b[:]) + ":"
+}
+
+// Run runs the configured scenarios and returns their figures.
+func Run(ctx context.Context, cfg Config) (*Results, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.Sizes) == 0 {
+		cfg.Sizes = []int{100, 1000, 10000}
+		if cfg.Quick {
+			cfg.Sizes = []int{5, 20}
+		}
+	}
+	r := &Results{Cfg: cfg, P: cfg.params(), Started: time.Now(),
+		Floor: map[string]*latRow{}, Uncontended: map[string]*latRow{}, Contention: map[string]*contRow{},
+		Fairness: map[string]*fairRow{}, Drain: map[int]*drainRow{}, FairHandoff: map[int]*contRow{}, CPU: map[string]*cpuRow{}}
+	for _, l := range Libs() {
+		if len(cfg.Libs) == 0 || slices.Contains(cfg.Libs, l.Name) {
+			r.libs = append(r.libs, l)
+		}
+	}
+	t, err := openTarget(ctx, cfg.Redis)
+	if err != nil {
+		return nil, err
+	}
+	defer t.close()
+	e := &env{addr: t.addr, prefix: randomPrefix(), cmds: &counter{}}
+	defer t.cleanup(context.WithoutCancel(ctx), e.prefix)
+	r.Machine = machine(ctx, t)
+
+	type step struct {
+		name string
+		run  func(round int)
+	}
+	steps := []step{
+		{ScFloor, func(int) { r.runFloor(ctx, t) }},
+		{ScUncontended, func(int) { r.runUncontended(ctx, e) }},
+		{ScContention, func(int) { r.runContention(ctx, e) }},
+		{ScFairness, func(round int) { r.runFairness(ctx, e, t, round) }},
+		{ScDrain, func(round int) { r.runDrain(ctx, e, t, round) }},
+		{ScFairHandoff, func(int) { r.runFairHandoff(ctx, e) }},
+		{ScCPU, func(round int) { r.runCPU(ctx, e, t, round) }},
+	}
+	for _, s := range steps {
+		if !cfg.wants(s.name) {
+			continue
+		}
+		for round := 1; round <= cfg.Rounds; round++ {
+			if ctx.Err() != nil {
+				return r, ctx.Err()
+			}
+			r.logf("%s round %d/%d", s.name, round, cfg.Rounds)
+			s.run(round)
+		}
+	}
+	r.Elapsed = time.Since(r.Started)
+	return r, nil
+}
+
+func (r *Results) lib(name string) (Lib, bool) {
+	for _, l := range r.libs {
+		if l.Name == name {
+			return l, true
+		}
+	}
+	return Lib{}, false
+}
+
+var errTimeout = errors.New("timed out")
+
+// Violations is the number of grants, over every scenario, made while
+// another goroutine held the lock (always 0 for a correct lock).
+func (r *Results) Violations() int {
+	n := 0
+	for _, c := range r.Contention {
+		n += c.violations
+	}
+	for _, c := range r.FairHandoff {
+		n += c.violations
+	}
+	for _, f := range r.Fairness {
+		n += f.violations
+	}
+	for _, c := range r.CPU {
+		n += c.violations
+	}
+	return n
+}
+
+// Inversions is the worst round's inversion count of lib in scenario 3.
+func (r *Results) Inversions(lib string) (int, bool) {
+	f, ok := r.Fairness[lib]
+	if !ok {
+		return 0, false
+	}
+	_, _, hi, ok := f.inv.stats()
+	return int(hi), ok && f.errors == 0
+}

@@ -1,0 +1,688 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/fair"
+	"github.com/fairlock-go/fairlock/lua"
+)
+
+// Floor row names.
+const (
+	Floor1   = "floor: 1×EVALSHA `return 1`"
+	Floor2   = "floor: 2×EVALSHA in sequence"
+	FloorPub = "floor: PUBLISH→delivery"
+)
+
+func mallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
+func row[K comparable, V any](m map[K]*V, k K) *V {
+	if v, ok := m[k]; ok {
+		return v
+	}
+	v := new(V)
+	m[k] = v
+	return v
+}
+
+// runFloor measures one EVALSHA round trip, two in sequence, and the time
+// from issuing a PUBLISH to its delivery on a subscribed connection.
+func (r *Results) runFloor(ctx context.Context, t *target) {
+	n := r.P.floorN
+	rdb := redis.NewClient(&redis.Options{Addr: t.addr})
+	defer rdb.Close()
+	s := redis.NewScript("return 1")
+	if err := s.Run(ctx, rdb, nil).Err(); err != nil {
+		r.fail(ScFloor, "evalsha", err)
+		return
+	}
+	for _, k := range []int{1, 2} {
+		lat := make([]time.Duration, 0, n)
+		m0 := mallocs()
+		for range n {
+			t0 := time.Now()
+			for range k {
+				if err := s.EvalSha(ctx, rdb, nil).Err(); err != nil {
+					r.fail(ScFloor, "evalsha", err)
+					return
+				}
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		allocs := float64(mallocs()-m0) / float64(n)
+		name := Floor1
+		if k == 2 {
+			name = Floor2
+		}
+		fr := row(r.Floor, name)
+		fr.med.add(durPercentile(lat, 50))
+		fr.p99.add(durPercentile(lat, 99))
+		fr.allocs.add(allocs)
+		fr.rtt.add(float64(k))
+	}
+
+	// PUBLISH -> delivery
+	sub := redis.NewClient(&redis.Options{Addr: t.addr})
+	defer sub.Close()
+	ch := "lockbench:floor:" + randomPrefix()
+	ps := sub.Subscribe(ctx, ch)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil { // the subscription confirmation
+		r.fail(ScFloor, "publish", err)
+		return
+	}
+	got := make(chan time.Time, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			if _, err := ps.ReceiveMessage(rctx); err != nil {
+				return
+			}
+			got <- time.Now()
+		}
+	}()
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if err := rdb.Publish(ctx, ch, "0").Err(); err != nil {
+			r.fail(ScFloor, "publish", err)
+			return
+		}
+		select {
+		case t1 := <-got:
+			lat = append(lat, t1.Sub(t0))
+		case <-time.After(5 * time.Second):
+			r.fail(ScFloor, "publish", fmt.Errorf("no delivery: %w", errTimeout))
+			return
+		}
+	}
+	fr := row(r.Floor, FloorPub)
+	fr.med.add(durPercentile(lat, 50))
+	fr.p99.add(durPercentile(lat, 99))
+	fr.allocs.add(math.NaN())
+	fr.rtt.add(math.NaN())
+}
+
+// runUncontended is scenario 1: one goroutine, Lock+Unlock on one key.
+func (r *Results) runUncontended(ctx context.Context, e *env) {
+	for _, lib := range r.libs {
+		if err := r.uncontendedOne(ctx, e, lib); err != nil {
+			r.fail(ScUncontended, lib.Name, err)
+		}
+	}
+}
+
+func (r *Results) uncontendedOne(ctx context.Context, e *env, lib Lib) error {
+	c, err := lib.open(e)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	m, err := c.mutex("uncontended")
+	if err != nil {
+		return err
+	}
+	for range 20 { // warm up: connections, script cache
+		if err := m.lock(ctx); err != nil {
+			return err
+		}
+		if err := m.unlock(ctx); err != nil {
+			return err
+		}
+	}
+	n := r.P.cycles
+	lat := make([]time.Duration, 0, n)
+	runtime.GC()
+	c0 := e.cmds.n.Load()
+	m0 := mallocs()
+	for range n {
+		t0 := time.Now()
+		if err := m.lock(ctx); err != nil {
+			return err
+		}
+		if err := m.unlock(ctx); err != nil {
+			return err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	allocs := float64(mallocs()-m0) / float64(n)
+	cmds := float64(e.cmds.n.Load()-c0) / float64(n)
+	ur := row(r.Uncontended, lib.Name)
+	ur.med.add(durPercentile(lat, 50))
+	ur.p99.add(durPercentile(lat, 99))
+	ur.allocs.add(allocs)
+	ur.rtt.add(cmds)
+	return nil
+}
+
+// runContention is scenario 2: 4 clients x 8 goroutines on one lock.
+func (r *Results) runContention(ctx context.Context, e *env) {
+	for _, lib := range r.libs {
+		cr := row(r.Contention, lib.Name)
+		res, err := contend(ctx, e, lib, contendSpec{lock: "contention", goroutines: r.P.contClients * r.P.contPerCl,
+			clients: r.P.contClients, duration: r.P.duration}, nil)
+		if err != nil {
+			r.fail(ScContention, lib.Name, err)
+			continue
+		}
+		cr.add(res)
+		if res.firstErr != nil {
+			r.fail(ScContention, lib.Name, res.firstErr)
+		}
+	}
+}
+
+func (cr *contRow) add(res contendResult) {
+	cr.rate.add(float64(res.grants) / res.elapsed.Seconds())
+	cr.med.add(durPercentile(res.handoff, 50))
+	cr.p99.add(durPercentile(res.handoff, 99))
+	cr.medOther.add(durPercentile(res.other, 50))
+	cr.p99Other.add(durPercentile(res.other, 99))
+	if res.grants > 0 {
+		cr.selfPct.add(100 * float64(res.self) / float64(res.grants))
+	}
+	cr.violations += res.violations
+	cr.errors += res.errors
+	if res.firstErr != nil && cr.firstErr == "" {
+		cr.firstErr = res.firstErr.Error()
+	}
+}
+
+// runFairness is scenario 3: contenders arrive one by one while the lock is
+// held; then it is released and the grant order is compared with the
+// arrival order.
+func (r *Results) runFairness(ctx context.Context, e *env, t *target, round int) {
+	for _, lib := range r.libs {
+		fr := row(r.Fairness, lib.Name)
+		inv, arrival, viol, err := r.fairnessOne(ctx, e, t, lib, round)
+		fr.arrival = arrival
+		fr.violations += viol
+		if err != nil {
+			fr.errors++
+			if fr.firstErr == "" {
+				fr.firstErr = err.Error()
+			}
+			r.fail(ScFairness, lib.Name, err)
+			continue
+		}
+		fr.inv.add(float64(inv))
+	}
+}
+
+func (r *Results) fairnessOne(ctx context.Context, e *env, t *target, lib Lib, round int) (inv int, arrival string, violations int, err error) {
+	const nClients = 4
+	clients := make([]client, 0, nClients)
+	defer func() {
+		for _, c := range clients {
+			c.close()
+		}
+	}()
+	for range nClients {
+		c, err := lib.open(e)
+		if err != nil {
+			return 0, "", 0, err
+		}
+		clients = append(clients, c)
+	}
+	name := "fairness:" + strconv.Itoa(round)
+	holder, err := clients[0].mutex(name)
+	if err != nil {
+		return 0, "", 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := holder.lock(ctx); err != nil {
+		return 0, "", 0, err
+	}
+	n := r.P.fairN
+	grant := make([]int64, n)
+	var seq, holders atomic.Int64
+	var viol atomic.Int64
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	queue := lua.KeysFor(e.prefix + name).Queue
+	if lib.Queue {
+		arrival = "each starts after the previous is in the Redis queue"
+	} else {
+		arrival = fmt.Sprintf("no queue: %v between arrivals", r.P.arrivalGap)
+	}
+	for i := range n {
+		m, err := clients[i%nClients].mutex(name)
+		if err != nil {
+			return 0, arrival, 0, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.lock(ctx); err != nil {
+				errs <- fmt.Errorf("contender %d: %w", i, err)
+				return
+			}
+			if holders.Add(1) != 1 {
+				viol.Add(1)
+			}
+			grant[i] = seq.Add(1)
+			holders.Add(-1)
+			if err := m.unlock(context.WithoutCancel(ctx)); err != nil {
+				errs <- fmt.Errorf("contender %d unlock: %w", i, err)
+			}
+		}()
+		if lib.Queue {
+			for {
+				l, err := t.admin.LLen(ctx, queue).Result()
+				if err != nil {
+					return 0, arrival, 0, err
+				}
+				if l >= int64(i+1) {
+					break
+				}
+				time.Sleep(500 * time.Microsecond)
+			}
+		} else {
+			time.Sleep(r.P.arrivalGap)
+		}
+	}
+	if err := holder.unlock(ctx); err != nil {
+		return 0, arrival, 0, err
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, arrival, int(viol.Load()), err
+	}
+	return inversions(grant), arrival, int(viol.Load()), nil
+}
+
+// runDrain is scenario 4 (this project's fair lock only): n real waiters
+// (fair.Mutex handles, one goroutine each, spread over 4 clients) queue
+// behind a holder, then the holder releases and each waiter takes the lock
+// and releases it at once, in queue order.
+func (r *Results) runDrain(ctx context.Context, e *env, t *target, round int) {
+	if _, ok := r.lib("fairlock/fair"); !ok {
+		return
+	}
+	for _, n := range r.Cfg.Sizes {
+		dr := row(r.Drain, n)
+		if err := r.drainOne(ctx, e, t, n, round, dr); err != nil {
+			dr.errors++
+			if dr.firstErr == "" {
+				dr.firstErr = err.Error()
+			}
+			r.fail(ScDrain, "fairlock/fair n="+strconv.Itoa(n), err)
+		}
+	}
+}
+
+func (r *Results) drainOne(ctx context.Context, e *env, t *target, n, round int, dr *drainRow) error {
+	const nClients = 4
+	ctx, cancel := context.WithTimeout(ctx, r.P.drainTimeout)
+	defer cancel()
+	var clients []*fairlock.Client
+	var rdbs []*redis.Client
+	defer func() {
+		for _, c := range clients {
+			_ = c.Close()
+		}
+		for _, c := range rdbs {
+			_ = c.Close()
+		}
+	}()
+	for range nClients {
+		rdb := e.goredis()
+		rdbs = append(rdbs, rdb)
+		c, err := fairlock.NewClient(rdb)
+		if err != nil {
+			return err
+		}
+		clients = append(clients, c)
+	}
+	name := e.prefix + "drain:" + strconv.Itoa(n) + ":" + strconv.Itoa(round)
+	holder, err := fair.New(clients[0], name)
+	if err != nil {
+		return err
+	}
+	if err := holder.Lock(ctx); err != nil {
+		return err
+	}
+	queue := lua.KeysFor(name).Queue
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	var lastEnd atomic.Int64
+	errs := make(chan error, n)
+	base := time.Now()
+	t0 := time.Now()
+	for i := range n {
+		m, err := fair.New(clients[i%nClients], name)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.Lock(ctx); err != nil {
+				errs <- err
+				return
+			}
+			err := m.Unlock(context.WithoutCancel(ctx))
+			lastEnd.Store(int64(time.Since(base)))
+			done.Add(1)
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	for {
+		l, err := t.admin.LLen(ctx, queue).Result()
+		if err != nil {
+			return err
+		}
+		if l >= int64(n) {
+			break
+		}
+		select {
+		case err := <-errs:
+			return err
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	enqueue := time.Since(t0)
+
+	slowlog := t.own
+	if slowlog {
+		for _, kv := range [][2]any{{"slowlog-log-slower-than", 0}, {"slowlog-max-len", 8*n + 1000}} {
+			if err := t.admin.ConfigSet(ctx, kv[0].(string), fmt.Sprint(kv[1])).Err(); err != nil {
+				return err
+			}
+		}
+		defer func() {
+			_ = t.admin.ConfigSet(context.WithoutCancel(ctx), "slowlog-log-slower-than", "10000").Err()
+			_ = t.admin.ConfigSet(context.WithoutCancel(ctx), "slowlog-max-len", "128").Err()
+			_ = t.admin.Do(context.WithoutCancel(ctx), "slowlog", "reset").Err()
+		}()
+		if err := t.admin.Do(ctx, "slowlog", "reset").Err(); err != nil {
+			return err
+		}
+	}
+	e.cmds.resetMaxScript()
+	e.cmds.timeScript.Store(true)
+	defer e.cmds.timeScript.Store(false)
+	c0 := e.cmds.n.Load()
+	start := int64(time.Since(base))
+	if err := holder.Unlock(ctx); err != nil {
+		return err
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	e.cmds.timeScript.Store(false)
+	drain := time.Duration(lastEnd.Load() - start)
+	cmds := float64(e.cmds.n.Load()-c0) / float64(n)
+	slowClient := e.cmds.resetMaxScript()
+	slowServer := math.NaN()
+	if slowlog {
+		entries, err := t.admin.Do(ctx, "slowlog", "get", -1).Slice()
+		if err != nil {
+			return err
+		}
+		slowServer = 0
+		for _, en := range entries {
+			f, ok := en.([]any)
+			if len(f) < 4 || !ok {
+				continue
+			}
+			us, _ := f[2].(int64)
+			args, _ := f[3].([]any)
+			if len(args) > 0 {
+				if c, _ := args[0].(string); strings.EqualFold(c, "evalsha") || strings.EqualFold(c, "eval") {
+					slowServer = max(slowServer, float64(us))
+				}
+			}
+		}
+	}
+	dr.enqueue.add(enqueue.Seconds())
+	dr.drain.add(drain.Seconds())
+	dr.perHandoff.add(float64(drain) / float64(n) / float64(time.Microsecond))
+	dr.slowServer.add(slowServer)
+	dr.slowClient.add(float64(slowClient) / float64(time.Microsecond))
+	dr.cmds.add(cmds)
+	return nil
+}
+
+// runFairHandoff measures the fair lock's handoff latency with k waiters
+// queued at each release: k+1 goroutines cycle Lock/Unlock, each queueing
+// again at the tail after its release (issue 3's figure).
+func (r *Results) runFairHandoff(ctx context.Context, e *env) {
+	lib, ok := r.lib("fairlock/fair")
+	if !ok {
+		return
+	}
+	for _, k := range r.P.handoffK {
+		hr := row(r.FairHandoff, k)
+		res, err := contend(ctx, e, lib, contendSpec{lock: "handoff:" + strconv.Itoa(k), goroutines: k + 1,
+			clients: min(4, k+1), grants: r.P.handoffN, limit: 60 * time.Second}, nil)
+		if err != nil {
+			r.fail(ScFairHandoff, fmt.Sprintf("fairlock/fair k=%d", k), err)
+			continue
+		}
+		hr.add(res)
+		if res.firstErr != nil {
+			r.fail(ScFairHandoff, fmt.Sprintf("fairlock/fair k=%d", k), res.firstErr)
+		}
+	}
+}
+
+// runCPU is scenario 5: Redis server CPU (INFO cpu, user+sys) per handoff
+// while a queue of waiters drains: the waiters (over 4 clients) arrive while
+// a holder has the lock; the holder releases, and each waiter takes the lock
+// once, holds it for cpuHold and leaves. CPU and commands are counted from
+// the holder's release to the last waiter's release, so what a library
+// spends on retries and wake-ups while others hold the lock is charged to
+// the handoffs.
+func (r *Results) runCPU(ctx context.Context, e *env, t *target, round int) {
+	for _, lib := range r.libs {
+		cr := row(r.CPU, lib.Name)
+		if err := r.cpuOne(ctx, e, t, lib, round, cr); err != nil {
+			cr.errors++
+			if cr.firstErr == "" {
+				cr.firstErr = err.Error()
+			}
+			r.fail(ScCPU, lib.Name, err)
+		}
+	}
+}
+
+func (r *Results) cpuOne(ctx context.Context, e *env, t *target, lib Lib, round int, cr *cpuRow) error {
+	const nClients = 4
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	clients := make([]client, 0, nClients)
+	defer func() {
+		for _, c := range clients {
+			c.close()
+		}
+	}()
+	for range nClients {
+		c, err := lib.open(e)
+		if err != nil {
+			return err
+		}
+		clients = append(clients, c)
+	}
+	name := "cpu:" + strconv.Itoa(round)
+	// warm up every client (connections, scripts) on another key
+	for _, c := range clients {
+		m, err := c.mutex(name + ":warm")
+		if err != nil {
+			return err
+		}
+		if err := m.lock(ctx); err != nil {
+			return err
+		}
+		if err := m.unlock(ctx); err != nil {
+			return err
+		}
+	}
+	// The server's idle CPU (event loop, cron, the connected clients),
+	// measured now, so it can be taken out of the drain's figure.
+	idle0, err := serverCPU(ctx, t.admin)
+	if err != nil {
+		return err
+	}
+	idleStart := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	idle1, err := serverCPU(ctx, t.admin)
+	if err != nil {
+		return err
+	}
+	idleRate := (idle1 - idle0) / time.Since(idleStart).Seconds() // CPU seconds per second
+	holder, err := clients[0].mutex(name)
+	if err != nil {
+		return err
+	}
+	if err := holder.lock(ctx); err != nil {
+		return err
+	}
+	n := r.P.cpuWaiters
+	var wg sync.WaitGroup
+	var holders, viol, lastEnd atomic.Int64
+	errs := make(chan error, n)
+	base := time.Now()
+	for i := range n {
+		m, err := clients[i%nClients].mutex(name)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := m.lock(ctx); err != nil {
+				errs <- err
+				return
+			}
+			if holders.Add(1) != 1 {
+				viol.Add(1)
+			}
+			time.Sleep(r.P.cpuHold)
+			holders.Add(-1)
+			err := m.unlock(context.WithoutCancel(ctx))
+			lastEnd.Store(int64(time.Since(base)))
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	// Let every waiter make its first attempt and settle into waiting.
+	if lib.Queue {
+		queue := lua.KeysFor(e.prefix + name).Queue
+		for {
+			l, err := t.admin.LLen(ctx, queue).Result()
+			if err != nil {
+				return err
+			}
+			if l >= int64(n) {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	cpu0, err := serverCPU(ctx, t.admin)
+	if err != nil {
+		return err
+	}
+	c0 := e.cmds.n.Load()
+	cpuStart := time.Now()
+	start := int64(time.Since(base))
+	if err := holder.unlock(ctx); err != nil {
+		return err
+	}
+	wg.Wait()
+	cpu1, err := serverCPU(ctx, t.admin)
+	cpuWindow := time.Since(cpuStart)
+	if err != nil {
+		return err
+	}
+	cmds := e.cmds.n.Load() - c0
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	elapsed := time.Duration(lastEnd.Load() - start)
+	cr.cpuPer.add((cpu1 - cpu0) * 1e6 / float64(n))
+	cr.cpuNet.add((cpu1 - cpu0 - idleRate*cpuWindow.Seconds()) * 1e6 / float64(n))
+	cr.cmdsPer.add(float64(cmds) / float64(n))
+	cr.perHandoff.add(float64(elapsed)/float64(n)/float64(time.Microsecond) - float64(r.P.cpuHold)/float64(time.Microsecond))
+	cr.violations += int(viol.Load())
+	return nil
+}
+
+// serverCPU is used_cpu_sys + used_cpu_user from INFO cpu, in seconds.
+func serverCPU(ctx context.Context, rdb *redis.Client) (float64, error) {
+	s, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, err
+	}
+	var total float64
+	var seen int
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return 0, err
+			}
+			total += f
+			seen++
+		}
+	}
+	if seen != 2 {
+		return 0, fmt.Errorf("INFO cpu: used_cpu_sys/used_cpu_user not found")
+	}
+	return total, nil
+}
+
+// machine describes where the run happens.
+func machine(ctx context.Context, t *target) string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	ver := "unknown"
+	if s, err := t.admin.Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(s, "\n") {
+			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == "redis_version" {
+				ver = v
+			}
+		}
+	}
+	where := "started by the runner on " + t.addr
+	if !t.own {
+		where = "external at " + t.addr
+	}
+	return fmt.Sprintf("%d CPUs (runtime.NumCPU), %s; redis-server %s (%s); %s %s/%s",
+		runtime.NumCPU(), cpu, ver, where, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}

@@ -1,0 +1,119 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlock-go/fairlock/bench/runner"
+	"github.com/fairlock-go/fairlock/internal/redistest"
+)
+
+func needRedisServer(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("redis-server required under CI=true: %v", err)
+		}
+		t.Skipf("no redis-server: %v", err)
+	}
+}
+
+// TestQuickRun runs the whole runner end to end at tiny sizes on a
+// redis-server it starts itself, so that the runner cannot rot. It checks
+// that every scenario produced its table for every library without errors,
+// that no lock let two holders in at once, and that the fair lock granted
+// in arrival order; it asserts nothing about speed.
+func TestQuickRun(t *testing.T) {
+	needRedisServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	res, err := runner.Run(ctx, runner.Config{Rounds: 1, Quick: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	res.Markdown(&out)
+	md := out.String()
+	if len(res.Errors) > 0 {
+		t.Fatalf("errors during the run: %v\n%s", res.Errors, md)
+	}
+	for _, want := range []string{
+		runner.Floor1, runner.Floor2, runner.FloorPub,
+		"Scenario 1", "Scenario 2", "Scenario 3", "Scenario 4: fair-queue drain", "Scenario 4: fair-lock handoff", "Scenario 5",
+		"Targets, judged on this run",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	for _, l := range runner.Libs() {
+		if n := strings.Count(md, "| "+l.Name+" |"); n != 4 { // scenarios 1, 2, 3, 5
+			t.Errorf("%s has %d table rows, want 4", l.Name, n)
+		}
+	}
+	if n := res.Violations(); n != 0 {
+		t.Errorf("%d grants while another goroutine held the lock", n)
+	}
+	inv, ok := res.Inversions("fairlock/fair")
+	if !ok || inv != 0 {
+		t.Errorf("fair lock inversions = %v (measured: %v), want 0", inv, ok)
+	}
+	if t.Failed() {
+		t.Log(md)
+	}
+}
+
+// TestExternalRedis runs a few scenarios against a server the runner did not
+// start: it must leave other keys alone and delete its own.
+func TestExternalRedis(t *testing.T) {
+	needRedisServer(t)
+	srv := redistest.StartT(t)
+	rdb := srv.Backend().Client(t)
+	ctx := context.Background()
+	if err := rdb.Set(ctx, "someone-else", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := runner.Run(ctx, runner.Config{Redis: srv.Addr, Rounds: 1, Quick: true,
+		Only: []string{runner.ScUncontended, runner.ScFairness, runner.ScDrain}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Errors) > 0 {
+		t.Fatalf("errors: %v", res.Errors)
+	}
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 || keys[0] != "someone-else" {
+		t.Errorf("keys left on the server: %v, want only someone-else", keys)
+	}
+	// SLOWLOG settings of a server the runner did not start are not touched
+	v, err := rdb.ConfigGet(ctx, "slowlog-log-slower-than").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v["slowlog-log-slower-than"] != "10000" {
+		t.Errorf("slowlog-log-slower-than = %q, want the default 10000", v["slowlog-log-slower-than"])
+	}
+}
+
+// TestBadConfig: bad settings are refused before anything runs.
+func TestBadConfig(t *testing.T) {
+	for _, c := range []runner.Config{
+		{Rounds: 0},
+		{Rounds: 1, Sizes: []int{10, 0}},
+		{Rounds: 1, Only: []string{"nosuch"}},
+		{Rounds: 1, Libs: []string{"nosuch"}},
+		{Rounds: 1, Redis: "127.0.0.1:1"}, // nothing listens there
+	} {
+		if _, err := runner.Run(context.Background(), c); err == nil {
+			t.Errorf("Run(%+v) succeeded, want an error", c)
+		}
+	}
+}
