@@ -182,9 +182,11 @@ func TestSlotMigrationWhileQueued(t *testing.T) {
 			cc := cl.Client(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 			defer cancel()
-			// A short lease bounds how long a waiter sleeps when a
-			// wake-up cannot reach it during the migration.
-			c := newClient(t, cc, fairlock.WithShardedPubSub(sharded), fairlock.WithLease(3*time.Second))
+			// A long lease: a waiter that missed its wake-up would sleep
+			// past the test's deadline. With sharded pub/sub the waiters'
+			// subscriptions are on the old primary, which drops them when
+			// the slot leaves it; the hub must move them.
+			c := newClient(t, cc, fairlock.WithShardedPubSub(sharded), fairlock.WithLease(60*time.Second))
 			name := redistest.Prefix(t) + "migrating"
 			slot := core.Slot(name)
 			prims, err := cl.Primaries(ctx)

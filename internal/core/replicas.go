@@ -214,6 +214,11 @@ func (s *Session) confirmOn(ctx context.Context, node *redis.Client, asking bool
 		s.forgetReplicas(node) // a replica may have left: count again next time
 	}
 	if acked == 0 {
+		// The count may be stale: after a failover the new primary may
+		// have no replica yet. With none now, there is nothing to wait for.
+		if now, err := s.replicas(ctx, node); err == nil && now == 0 {
+			return nil
+		}
 		return fmt.Errorf("%w: %q: 0 of %d replicas within %v", ErrNoReplicaAck, name, n, s.Config.ReplicaAck)
 	}
 	return nil

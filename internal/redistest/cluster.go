@@ -83,8 +83,24 @@ func (n *Node) Kill() {
 	if cmd == nil || cmd.Process == nil {
 		return
 	}
-	_ = cmd.Process.Kill()
+	_ = cmd.Process.Kill() // SIGKILL works on a paused process too
 	_ = cmd.Wait()
+}
+
+// Pause stops the process with SIGSTOP: it keeps its connections but
+// answers nothing (a hung server) until Resume.
+func (n *Node) Pause() error { return n.signal(syscall.SIGSTOP) }
+
+// Resume continues a paused process (SIGCONT).
+func (n *Node) Resume() error { return n.signal(syscall.SIGCONT) }
+
+func (n *Node) signal(sig syscall.Signal) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return errors.New("redistest: node not running")
+	}
+	return n.cmd.Process.Signal(sig)
 }
 
 // Restart starts a killed node again on the same port and configuration.
