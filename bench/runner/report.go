@@ -18,16 +18,17 @@ func (r *Results) Markdown(w io.Writer) {
 	if len(r.Floor)+len(r.Uncontended) > 0 {
 		p("### Floor and scenario 1: uncontended Lock+Unlock, one goroutine, one key\n\n")
 		p("%d cycles per round. Latency is per cycle (Lock+Unlock); allocs are process-wide runtime.MemStats.Mallocs per cycle; "+
-			"round trips are commands sent per cycle, counted in the client (go-redis hook; a wrapper of the rueidis client).\n\n", r.P.cycles)
-		p("| | median | p99 | allocs/cycle | round trips/cycle |\n|---|---|---|---|---|\n")
+			"round trips are commands sent per cycle, counted in the client (go-redis hook; a wrapper of the rueidis client); "+
+			"server time is the execution time Redis logs per cycle in SLOWLOG at threshold 0, over a separate 200 cycles (only on a server the runner started).\n\n", r.P.cycles)
+		p("| | median | p99 | allocs/cycle | round trips/cycle | server time/cycle |\n|---|---|---|---|---|---|\n")
 		for _, name := range []string{Floor1, Floor2, FloorPub} {
 			if fr, ok := r.Floor[name]; ok {
-				p("| %s | %s | %s | %s | %s |\n", name, fr.med.cell(fmtUs), fr.p99.cell(fmtUs), fr.allocs.cell(fmt1), fr.rtt.cell(fmt2))
+				p("| %s | %s | %s | %s | %s | %s |\n", name, fr.med.cell(fmtUs), fr.p99.cell(fmtUs), fr.allocs.cell(fmt1), fr.rtt.cell(fmt2), fr.server.cell(fmtUs))
 			}
 		}
 		for _, l := range r.libs {
 			if ur, ok := r.Uncontended[l.Name]; ok {
-				p("| %s | %s | %s | %s | %s |\n", l.Name, ur.med.cell(fmtUs), ur.p99.cell(fmtUs), ur.allocs.cell(fmt1), ur.rtt.cell(fmt2))
+				p("| %s | %s | %s | %s | %s | %s |\n", l.Name, ur.med.cell(fmtUs), ur.p99.cell(fmtUs), ur.allocs.cell(fmt1), ur.rtt.cell(fmt2), ur.server.cell(fmtUs))
 			}
 		}
 		p("\n")
@@ -63,8 +64,9 @@ func (r *Results) Markdown(w io.Writer) {
 		p("n real waiters (a fair.Mutex and a goroutine each, over 4 clients) queue behind a holder (enqueue time: until LLEN of the queue is n); " +
 			"then the holder unlocks and each waiter takes the lock and releases it at once. Drain: from the holder's Unlock to the last " +
 			"waiter's Unlock returning. Slowest script: the longest EVAL/EVALSHA during the drain, server-side from SLOWLOG at threshold 0 " +
-			"(only on a server the runner started) and client-side round trip. Commands per waiter count every command the clients sent during the drain.\n\n")
-		p("| waiters | enqueue | drain | drain per waiter | slowest script (server) | slowest script call (client) | commands per waiter | errors |\n|---|---|---|---|---|---|---|---|\n")
+			"(only on a server the runner started; read every 20 ms) and client-side round trip. Commands per waiter count every command the clients sent during the drain; " +
+			"Redis CPU per waiter is INFO cpu (user+sys) over the drain divided by n.\n\n")
+		p("| waiters | enqueue | drain | drain per waiter | Redis CPU per waiter | slowest script (server) | slowest script call (client) | commands per waiter | errors |\n|---|---|---|---|---|---|---|---|---|\n")
 		sizes := make([]int, 0, len(r.Drain))
 		for n := range r.Drain {
 			sizes = append(sizes, n)
@@ -72,7 +74,7 @@ func (r *Results) Markdown(w io.Writer) {
 		slices.Sort(sizes)
 		for _, n := range sizes {
 			dr := r.Drain[n]
-			p("| %d | %s | %s | %s | %s | %s | %s | %s |\n", n, dr.enqueue.cell(fmtSec), dr.drain.cell(fmtSec), dr.perHandoff.cell(fmtUs),
+			p("| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, dr.enqueue.cell(fmtSec), dr.drain.cell(fmtSec), dr.perHandoff.cell(fmtUs), dr.cpu.cell(fmtUs),
 				dr.slowServer.cell(fmtUs), dr.slowClient.cell(fmtUs), dr.cmds.cell(fmt1), errCell(dr.errors, dr.firstErr))
 		}
 		p("\n")

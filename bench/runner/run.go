@@ -92,7 +92,7 @@ type Results struct {
 	libs        []Lib
 }
 
-type latRow struct{ med, p99, allocs, rtt summary }
+type latRow struct{ med, p99, allocs, rtt, server summary }
 
 type contRow struct {
 	rate, med, p99, selfPct summary
@@ -110,9 +110,9 @@ type fairRow struct {
 }
 
 type drainRow struct {
-	enqueue, drain, perHandoff, slowServer, slowClient, cmds summary
-	errors                                                   int
-	firstErr                                                 string
+	enqueue, drain, perHandoff, slowServer, slowClient, cmds, cpu summary
+	errors                                                        int
+	firstErr                                                      string
 }
 
 type cpuRow struct {
@@ -246,7 +246,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	steps := []step{
 		{ScFloor, func(int) { r.runFloor(ctx, t) }},
-		{ScUncontended, func(int) { r.runUncontended(ctx, e) }},
+		{ScUncontended, func(int) { r.runUncontended(ctx, e, t) }},
 		{ScContention, func(int) { r.runContention(ctx, e) }},
 		{ScFairness, func(round int) { r.runFairness(ctx, e, t, round) }},
 		{ScDrain, func(round int) { r.runDrain(ctx, e, t, round) }},

@@ -75,6 +75,19 @@ func (r *Results) runFloor(ctx context.Context, t *target) {
 		fr.p99.add(durPercentile(lat, 99))
 		fr.allocs.add(allocs)
 		fr.rtt.add(float64(k))
+		st, err := serverTime(ctx, t, min(n, 200), func() error {
+			for range k {
+				if err := s.EvalSha(ctx, rdb, nil).Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			r.fail(ScFloor, "evalsha", err)
+			return
+		}
+		fr.server.add(st)
 	}
 
 	// PUBLISH -> delivery
@@ -118,18 +131,74 @@ func (r *Results) runFloor(ctx context.Context, t *target) {
 	fr.p99.add(durPercentile(lat, 99))
 	fr.allocs.add(math.NaN())
 	fr.rtt.add(math.NaN())
+	fr.server.add(math.NaN())
+}
+
+// serverTime runs cycle k times with SLOWLOG at threshold 0 and returns the
+// server's execution time per cycle in microseconds: the sum of the logged
+// top-level commands (Redis 7 also logs a script's inner calls, from client
+// "?:0"; they are inside the script's own entry and are skipped). Only on
+// a server the runner started; NaN otherwise. It runs apart from the timed
+// loop, since logging every command costs the server a little.
+func serverTime(ctx context.Context, t *target, k int, cycle func() error) (float64, error) {
+	if !t.own {
+		return math.NaN(), nil
+	}
+	if err := t.admin.ConfigSet(ctx, "slowlog-max-len", strconv.Itoa(20*k+100)).Err(); err != nil {
+		return 0, err
+	}
+	if err := t.admin.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
+		return 0, err
+	}
+	defer func() {
+		_ = t.admin.ConfigSet(context.WithoutCancel(ctx), "slowlog-log-slower-than", "10000").Err()
+		_ = t.admin.ConfigSet(context.WithoutCancel(ctx), "slowlog-max-len", "128").Err()
+		_ = t.admin.Do(context.WithoutCancel(ctx), "slowlog", "reset").Err()
+	}()
+	if err := t.admin.Do(ctx, "slowlog", "reset").Err(); err != nil {
+		return 0, err
+	}
+	for range k {
+		if err := cycle(); err != nil {
+			return 0, err
+		}
+	}
+	entries, err := t.admin.Do(ctx, "slowlog", "get", -1).Slice()
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, en := range entries {
+		f, ok := en.([]any)
+		if !ok || len(f) < 4 {
+			continue
+		}
+		if len(f) > 4 {
+			if addr, _ := f[4].(string); addr == "?:0" {
+				continue // a call made inside a script: already in the script's entry
+			}
+		}
+		if args, _ := f[3].([]any); len(args) > 0 {
+			if c, _ := args[0].(string); strings.EqualFold(c, "slowlog") || strings.EqualFold(c, "config") {
+				continue // this function's own commands
+			}
+		}
+		us, _ := f[2].(int64)
+		total += us
+	}
+	return float64(total) / float64(k), nil
 }
 
 // runUncontended is scenario 1: one goroutine, Lock+Unlock on one key.
-func (r *Results) runUncontended(ctx context.Context, e *env) {
+func (r *Results) runUncontended(ctx context.Context, e *env, t *target) {
 	for _, lib := range r.libs {
-		if err := r.uncontendedOne(ctx, e, lib); err != nil {
+		if err := r.uncontendedOne(ctx, e, t, lib); err != nil {
 			r.fail(ScUncontended, lib.Name, err)
 		}
 	}
 }
 
-func (r *Results) uncontendedOne(ctx context.Context, e *env, lib Lib) error {
+func (r *Results) uncontendedOne(ctx context.Context, e *env, t *target, lib Lib) error {
 	c, err := lib.open(e)
 	if err != nil {
 		return err
@@ -169,6 +238,16 @@ func (r *Results) uncontendedOne(ctx context.Context, e *env, lib Lib) error {
 	ur.p99.add(durPercentile(lat, 99))
 	ur.allocs.add(allocs)
 	ur.rtt.add(cmds)
+	st, err := serverTime(ctx, t, min(n, 200), func() error {
+		if err := m.lock(ctx); err != nil {
+			return err
+		}
+		return m.unlock(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	ur.server.add(st)
 	return nil
 }
 
@@ -404,10 +483,16 @@ func (r *Results) drainOne(ctx context.Context, e *env, t *target, n, round int,
 	}
 	enqueue := time.Since(t0)
 
+	// The slowest script, server-side: SLOWLOG at threshold 0 logs every
+	// top-level command with its execution time (a script's inner calls
+	// are not logged apart). It is read every 20 ms by id, so that the
+	// log's bounded length never drops an entry unread.
 	slowlog := t.own
+	slowServer := math.NaN()
+	var stopPoll func() error
 	if slowlog {
-		for _, kv := range [][2]any{{"slowlog-log-slower-than", 0}, {"slowlog-max-len", 8*n + 1000}} {
-			if err := t.admin.ConfigSet(ctx, kv[0].(string), fmt.Sprint(kv[1])).Err(); err != nil {
+		for _, kv := range [][2]string{{"slowlog-log-slower-than", "0"}, {"slowlog-max-len", "100000"}} {
+			if err := t.admin.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
 				return err
 			}
 		}
@@ -419,6 +504,59 @@ func (r *Results) drainOne(ctx context.Context, e *env, t *target, n, round int,
 		if err := t.admin.Do(ctx, "slowlog", "reset").Err(); err != nil {
 			return err
 		}
+		slowServer = 0
+		var lastID int64 = -1
+		poll := func() error {
+			entries, err := t.admin.Do(ctx, "slowlog", "get", 100000).Slice()
+			if err != nil {
+				return err
+			}
+			for _, en := range entries { // newest first
+				f, ok := en.([]any)
+				if !ok || len(f) < 4 {
+					continue
+				}
+				id, _ := f[0].(int64)
+				if id <= lastID {
+					break
+				}
+				us, _ := f[2].(int64)
+				if args, _ := f[3].([]any); len(args) > 0 {
+					if c, _ := args[0].(string); strings.EqualFold(c, "evalsha") || strings.EqualFold(c, "eval") {
+						slowServer = max(slowServer, float64(us))
+					}
+				}
+			}
+			if len(entries) > 0 {
+				if f, ok := entries[0].([]any); ok && len(f) > 0 {
+					lastID, _ = f[0].(int64)
+				}
+			}
+			return nil
+		}
+		quit := make(chan struct{})
+		polled := make(chan error, 1)
+		go func() {
+			tk := time.NewTicker(20 * time.Millisecond)
+			defer tk.Stop()
+			for {
+				select {
+				case <-quit:
+					polled <- poll()
+					return
+				case <-tk.C:
+					if err := poll(); err != nil {
+						polled <- err
+						return
+					}
+				}
+			}
+		}()
+		stopPoll = func() error { close(quit); return <-polled }
+	}
+	cpu0, err := serverCPU(ctx, t.admin)
+	if err != nil {
+		return err
 	}
 	e.cmds.resetMaxScript()
 	e.cmds.timeScript.Store(true)
@@ -434,30 +572,19 @@ func (r *Results) drainOne(ctx context.Context, e *env, t *target, n, round int,
 		return err
 	}
 	e.cmds.timeScript.Store(false)
+	cpu1, err := serverCPU(ctx, t.admin)
+	if err != nil {
+		return err
+	}
+	if stopPoll != nil {
+		if err := stopPoll(); err != nil {
+			return err
+		}
+	}
 	drain := time.Duration(lastEnd.Load() - start)
 	cmds := float64(e.cmds.n.Load()-c0) / float64(n)
 	slowClient := e.cmds.resetMaxScript()
-	slowServer := math.NaN()
-	if slowlog {
-		entries, err := t.admin.Do(ctx, "slowlog", "get", -1).Slice()
-		if err != nil {
-			return err
-		}
-		slowServer = 0
-		for _, en := range entries {
-			f, ok := en.([]any)
-			if len(f) < 4 || !ok {
-				continue
-			}
-			us, _ := f[2].(int64)
-			args, _ := f[3].([]any)
-			if len(args) > 0 {
-				if c, _ := args[0].(string); strings.EqualFold(c, "evalsha") || strings.EqualFold(c, "eval") {
-					slowServer = max(slowServer, float64(us))
-				}
-			}
-		}
-	}
+	dr.cpu.add((cpu1 - cpu0) * 1e6 / float64(n))
 	dr.enqueue.add(enqueue.Seconds())
 	dr.drain.add(drain.Seconds())
 	dr.perHandoff.add(float64(drain) / float64(n) / float64(time.Microsecond))
