@@ -157,17 +157,30 @@ func (h *History) Observe(s Step) error {
 		}
 	}
 
-	// The queue changes only by removals and appends at the tail.
-	kept := slices.DeleteFunc(slices.Clone(before.Queue), func(w string) bool { return !slices.Contains(after.Queue, w) })
-	if len(after.Queue) < len(kept) || !slices.Equal(after.Queue[:len(kept)], kept) {
-		add("queue reordered: %v -> %v", before.Queue, after.Queue)
-	}
-	// Removals: the acquirer is granted, the others gave up or were pruned.
+	// The queue changes only by removals, and by the caller joining at the
+	// tail. A caller that was pruned in the same step and queued again is
+	// told apart from one that stayed queued by its new deadline.
+	requeued := Requeued(s)
+	var kept, removed []string
 	for _, w := range before.Queue {
-		if slices.Contains(after.Queue, w) {
-			continue
+		if slices.Contains(after.Queue, w) && !(requeued && w == s.Owner) {
+			kept = append(kept, w)
+		} else {
+			removed = append(removed, w)
 		}
-		if w == s.Owner && s.Acquired {
+	}
+	wantQueue := kept
+	if requeued {
+		wantQueue = append(slices.Clone(kept), s.Owner)
+	}
+	if !slices.Equal(after.Queue, wantQueue) {
+		add("queue %v -> %v is not removals and an append of the caller at the tail", before.Queue, after.Queue)
+	}
+
+	// Removals: the acquirer is granted, the leaver gave up, the others
+	// were pruned. A grant must go to the earliest enqueued waiter left.
+	for _, w := range removed {
+		if w == s.Owner && fresh {
 			continue
 		}
 		if w == s.Owner && s.Op == OpFairAcquireFailed && h.slots[w] != s.WaitMs {
@@ -185,10 +198,10 @@ func (h *History) Observe(s Step) error {
 		delete(h.tickets, s.Owner)
 		delete(h.slots, s.Owner)
 	}
-	for _, w := range after.Queue[min(len(kept), len(after.Queue)):] {
-		h.tickets[w] = h.next
+	if requeued {
+		h.tickets[s.Owner] = h.next
 		h.next++
-		h.slots[w] = s.WaitMs
+		h.slots[s.Owner] = s.WaitMs
 	}
 	if len(after.Queue) == 0 {
 		h.slotsBroke = false
@@ -204,6 +217,20 @@ func (h *History) Observe(s Step) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Requeued reports whether the step's caller joined the queue at its tail
+// in this step: it is queued after the step, and was not before, or was with
+// another deadline (it was pruned and queued again).
+func Requeued(s Step) bool {
+	if s.Op != OpFairTryLockWait || s.Acquired || !slices.Contains(s.After.Queue, s.Owner) {
+		return false
+	}
+	if !slices.Contains(s.Before.Queue, s.Owner) {
+		return true
+	}
+	d, ok := s.Before.Deadlines[s.Owner]
+	return !ok || d != s.After.Deadlines[s.Owner]
 }
 
 func headOf(q []string) string {

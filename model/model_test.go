@@ -199,11 +199,15 @@ func TestReentrant(t *testing.T) {
 
 func TestHistoryCatchesViolations(t *testing.T) {
 	l := New("x")
-	l.FairTryLockWait(0, t0, "h", 10000, 5000, 0)
-	l.FairTryLockWait(0, t0, "w1", 10000, 5000, 0)
-	l.FairTryLockWait(0, t0, "w2", 10000, 5000, 0)
 	var h History
-	require.NoError(t, h.Observe(Step{Op: OpFairTryLockWait, Before: New("x"), After: l.Clone()}))
+	join := func(owner string) {
+		before := l.Clone()
+		ok, _ := l.FairTryLockWait(0, t0, owner, 10000, 5000, 0)
+		require.NoError(t, h.Observe(Step{Op: OpFairTryLockWait, Owner: owner, Now: t0, WaitMs: 5000, Acquired: ok, Before: before, After: l.Clone()}))
+	}
+	join("h")
+	join("w1")
+	join("w2")
 
 	// w2 jumps the live head w1.
 	before := l.Clone()
@@ -220,9 +224,12 @@ func TestHistoryCatchesViolations(t *testing.T) {
 	assert.Contains(t, err.Error(), "notified redisson_lock__channel:{x}:w2, but the head is w1")
 
 	bad := l.Clone()
+	bad.Queue = []string{"w2", "w1"}
+	assert.ErrorContains(t, new(History).Observe(Step{Op: OpTime, Before: l, After: bad}), "is not removals and an append")
+
+	bad = l.Clone()
 	bad.Deadlines["w1"] = t0 + 99999
-	err = new(History).Observe(Step{Op: OpTime, Before: l, After: bad})
-	assert.ErrorContains(t, err, "deadlines out of order")
+	assert.ErrorContains(t, new(History).Observe(Step{Op: OpTime, Before: l, After: bad}), "deadlines out of order")
 
 	bad.Holds["other"] = 0
 	assert.Error(t, bad.CheckInvariants())

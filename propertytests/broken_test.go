@@ -1,0 +1,179 @@
+package propertytests
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/fairlock-go/fairlock/lua"
+)
+
+// A broken variant is the real scripts with one deliberate bug. Each must
+// make its machine fail: that is what shows the machines can fail at all.
+type brokenVariant struct {
+	name    string
+	machine machine
+	file    string // the script to edit (fair_common.lua is inside every fair_*.lua)
+	old     string // text to replace, exactly once
+	new     string
+}
+
+var brokenVariants = []brokenVariant{
+	{
+		name: "no deadline shifting on acquire", machine: fairMachine, file: lua.FileFairTryLockWait,
+		old: "for _, waiter in ipairs(redis.call('zrange', timeouts, 0, -1)) do",
+		new: "for _, waiter in ipairs({}) do",
+	},
+	{
+		name: "no deadline shifting on acquire (tryLock)", machine: fairMachine, file: lua.FileFairTryLock,
+		old: "for _, waiter in ipairs(redis.call('zrange', timeouts, 0, -1)) do",
+		new: "for _, waiter in ipairs({}) do",
+	},
+	{
+		name: "notify every waiter", machine: fairMachine, file: lua.FileFairUnlock,
+		old: "redis.call(pubcmd, channel_prefix .. ':' .. head, message)",
+		new: "for _, w in ipairs(redis.call('lrange', queue, 0, -1)) do redis.call(pubcmd, channel_prefix .. ':' .. w, message) end",
+	},
+	{
+		name: "pruned head left in the queue", machine: fairMachine, file: lua.FileFairTryLockWait,
+		old: "redis.call('lpop', queue)\n    end",
+		new: "return\n    end",
+	},
+	{
+		name: "acquireFailed skips the leaver's successor", machine: fairMachine, file: lua.FileFairAcquireFailed,
+		old: "for _, waiter in ipairs(waiters) do\n    if behind then",
+		new: "for i, waiter in ipairs(waiters) do\n    if behind and waiters[i - 1] ~= owner then",
+	},
+	{
+		name: "acquireFailed also shifts the waiter ahead", machine: fairMachine, file: lua.FileFairAcquireFailed,
+		old: "for _, waiter in ipairs(waiters) do\n    if behind then",
+		new: "for i, waiter in ipairs(waiters) do\n    if behind or waiters[i + 1] == owner then",
+	},
+	{
+		name: "new waiter's deadline one slot short", machine: fairMachine, file: lua.FileFairTryLockWait,
+		old: "redis.call('zadd', timeouts, ttl + wait + now, owner)",
+		new: "redis.call('zadd', timeouts, ttl + now, owner)",
+	},
+	{
+		name: "unlock latch not stored on release", machine: reentrantMachine, file: lua.FileUnlock,
+		old: "redis.call('set', KEYS[3], '1', 'px', ARGV[5])",
+		new: "",
+	},
+	{
+		name: "re-entry does not reset the lease", machine: reentrantMachine, file: lua.FileAcquire,
+		old: "redis.call('pexpire', KEYS[1], ARGV[1])",
+		new: "if free then redis.call('pexpire', KEYS[1], ARGV[1]) end",
+	},
+}
+
+func (v brokenVariant) scripts(t *testing.T) *lua.Scripts {
+	src := lua.Source(v.file)
+	if n := strings.Count(src, v.old); n != 1 {
+		t.Fatalf("%s: %q occurs %d times in %s", v.name, v.old, n, v.file)
+	}
+	return lua.Edit(func(file, src string) string {
+		if file != v.file {
+			return src
+		}
+		return strings.Replace(src, v.old, v.new, 1)
+	})
+}
+
+// TestBrokenVariantsFail runs each broken variant's machine on miniredis and
+// requires rapid to report a failure.
+func TestBrokenVariantsFail(t *testing.T) {
+	// Shrinking is not what this test is about, and no fail file should be
+	// written for an expected failure.
+	setFlag(t, "rapid.shrinktime", "500ms")
+	setFlag(t, "rapid.nofailfile", "true")
+	for _, v := range brokenVariants {
+		t.Run(v.name, func(t *testing.T) {
+			scripts := v.scripts(t)
+			r := &recorder{name: t.Name()}
+			var c counts
+			func() {
+				defer func() {
+					if p := recover(); p != nil && p != errFailNow {
+						panic(p)
+					}
+				}()
+				rapid.Check(r, v.machine(miniBackend{}, scripts, &c))
+			}()
+			if !r.Failed() {
+				t.Fatalf("the machine did not catch %q in %d sequences, %d steps", v.name, c.sequences, c.steps)
+			}
+			t.Logf("caught after %d sequences (including shrinking): %s", c.sequences, r.first())
+		})
+	}
+}
+
+func setFlag(t *testing.T, name, value string) {
+	f := flag.Lookup(name)
+	if f == nil {
+		t.Fatalf("no flag %s", name)
+	}
+	old := f.Value.String()
+	if err := f.Value.Set(value); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Value.Set(old) })
+}
+
+var errFailNow = fmt.Errorf("recorder: FailNow")
+
+// recorder is a rapid.TB that records failures instead of failing the test.
+type recorder struct {
+	mu     sync.Mutex
+	name   string
+	failed bool
+	msgs   []string
+}
+
+func (r *recorder) Helper()      {}
+func (r *recorder) Name() string { return r.name }
+func (r *recorder) Logf(format string, args ...any) {
+	r.log(fmt.Sprintf(format, args...))
+}
+func (r *recorder) Log(args ...any)                   { r.log(fmt.Sprint(args...)) }
+func (r *recorder) Skipf(format string, args ...any)  { panic("recorder: skip") }
+func (r *recorder) Skip(args ...any)                  { panic("recorder: skip") }
+func (r *recorder) SkipNow()                          { panic("recorder: skip") }
+func (r *recorder) Errorf(format string, args ...any) { r.Logf(format, args...); r.Fail() }
+func (r *recorder) Error(args ...any)                 { r.Log(args...); r.Fail() }
+func (r *recorder) Fatalf(format string, args ...any) { r.Errorf(format, args...); r.FailNow() }
+func (r *recorder) Fatal(args ...any)                 { r.Error(args...); r.FailNow() }
+func (r *recorder) FailNow()                          { r.Fail(); panic(errFailNow) }
+func (r *recorder) Fail() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failed = true
+}
+func (r *recorder) Failed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failed
+}
+func (r *recorder) log(s string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, s)
+}
+
+// first returns the first line that explains the failure.
+func (r *recorder) first() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.msgs {
+		if strings.Contains(m, "failed after") || strings.Contains(m, "panic after") {
+			if i := strings.Index(m, "\n"); i > 0 {
+				return m[:i]
+			}
+			return m
+		}
+	}
+	return strings.Join(r.msgs, "\n")
+}

@@ -1,0 +1,172 @@
+package propertytests
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/model"
+)
+
+// fairMachine is the state machine of the fair lock's scripts: tryLock with
+// and without queueing (fresh, re-entry, contended, queued, polling),
+// acquireFailed (with the slot the waiter queued with, or another), unlock by
+// the holder, by a stranger and as a retry, forceUnlock, renewal, lease
+// expiry, both clocks, and per-client skew of the client clock.
+func fairMachine(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T) {
+	return func(t *rapid.T) {
+		h := newHarness(t, b, scripts, c)
+		h.fair = true
+		t.Repeat(weighted(h.check, []action{
+			{"join", 3, func(t *rapid.T) { h.fairTryLockWait(t, h.owner(t)) }},
+			{"headPolls", 2, h.actHeadPolls},
+			{"holderUnlocks", 2, h.actHolderUnlocks},
+			{"acquireFailed", 1, h.actAcquireFailed},
+			{"advanceClient", 1, h.actAdvanceClient},
+			{"pollQueued", 1, h.actPollQueued},
+			{"tryLock", 1, func(t *rapid.T) { h.fairTryLock(t, h.owner(t)) }},
+			{"reenter", 1, h.actFairReenter},
+			{"unlock", 1, func(t *rapid.T) { h.fairUnlock(t, h.owner(t)) }},
+			{"advanceServer", 1, h.actAdvanceServer},
+			{"expireLease", 1, h.actExpireLease},
+			{"forceUnlock", 1, h.actFairForceUnlock},
+			{"renew", 1, h.actRenew},
+			{"skewClient", 1, h.actSkew},
+			{"reentrantForceUnlock", 1, h.actForceUnlock}, // the plain script on a fair lock: deletes the hash only
+		}))
+	}
+}
+
+// queued draws a waiter in the queue, or skips.
+func (h *harness) queued(t *rapid.T) string {
+	if len(h.m.Queue) == 0 {
+		t.Skip("nobody queued")
+	}
+	return rapid.SampledFrom(h.m.Queue).Draw(t, "waiter")
+}
+
+func (h *harness) args(owner string, lease, wait int64) lua.Args {
+	return lua.Args{Owner: owner, LeaseMs: lease, WaitMs: wait, NowMs: h.now(owner), GraceMs: h.grace[clientOf(owner)]}
+}
+
+func (h *harness) fairTryLockWait(t *rapid.T, owner string) {
+	lease, wait := h.lease(t), h.wait(t)
+	a := h.args(owner, lease, wait)
+	before := h.begin()
+	wantOK, wantTTL := h.m.FairTryLockWait(h.server, a.NowMs, owner, lease, wait, a.GraceMs)
+	gotOK, gotTTL, err := h.scripts.FairTryLockWait(h.ctx, h.rdb, h.keys, a)
+	h.noErr(t, "fairTryLockWait", err)
+	if wantOK != gotOK {
+		t.Fatalf("fairTryLockWait by %s: model acquired=%v, Redis %v\nbefore: %v", owner, wantOK, gotOK, before)
+	}
+	if !wantOK {
+		h.checkTTL(t, "fairTryLockWait ttl of "+owner, wantTTL, gotTTL)
+	}
+	s := model.Step{Op: model.OpFairTryLockWait, Owner: owner, Now: a.NowMs, WaitMs: wait, Acquired: gotOK, Before: before, After: h.m}
+	if model.Requeued(s) {
+		h.slot[owner] = wait
+	}
+	h.end(t, s, before)
+}
+
+// actPollQueued is a queued waiter's retry: the head taking a free lock, or
+// anyone re-checking.
+func (h *harness) actPollQueued(t *rapid.T) { h.fairTryLockWait(t, h.queued(t)) }
+
+// actHeadPolls is the head's retry, typically after its wake-up message;
+// sometimes a no-wait attempt by the same owner.
+func (h *harness) actHeadPolls(t *rapid.T) {
+	if len(h.m.Queue) == 0 {
+		t.Skip("nobody queued")
+	}
+	if rapid.IntRange(0, 3).Draw(t, "no-wait") == 0 {
+		h.fairTryLock(t, h.m.Queue[0])
+	} else {
+		h.fairTryLockWait(t, h.m.Queue[0])
+	}
+}
+
+func (h *harness) fairTryLock(t *rapid.T, owner string) {
+	lease, wait := h.lease(t), h.wait(t)
+	a := h.args(owner, lease, wait)
+	before := h.begin()
+	want := h.m.FairTryLock(h.server, a.NowMs, owner, lease, wait)
+	got, err := h.scripts.FairTryLock(h.ctx, h.rdb, h.keys, a)
+	h.noErr(t, "fairTryLock", err)
+	if want != got {
+		t.Fatalf("fairTryLock by %s: model %v, Redis %v\nbefore: %v", owner, want, got, before)
+	}
+	h.end(t, model.Step{Op: model.OpFairTryLock, Owner: owner, Now: a.NowMs, WaitMs: wait, Acquired: got}, before)
+}
+
+func (h *harness) actFairReenter(t *rapid.T) {
+	hd := h.m.Holder()
+	if hd == "" {
+		t.Skip("nobody holds the lock")
+	}
+	if rapid.Bool().Draw(t, "wait") {
+		h.fairTryLockWait(t, hd)
+	} else {
+		h.fairTryLock(t, hd)
+	}
+}
+
+func (h *harness) actAcquireFailed(t *rapid.T) {
+	var owner string
+	if len(h.m.Queue) > 0 && rapid.IntRange(0, 4).Draw(t, "queued") > 0 {
+		owner = h.queued(t)
+	} else {
+		owner = h.owner(t)
+	}
+	wait, ok := h.slot[owner]
+	if !ok || rapid.IntRange(0, 5).Draw(t, "other slot") == 0 {
+		wait = h.wait(t) // not the slot it queued with (Redisson's H3)
+	}
+	before := h.begin()
+	h.m.FairAcquireFailed(h.server, owner, wait)
+	err := h.scripts.FairAcquireFailed(h.ctx, h.rdb, h.keys, lua.Args{Owner: owner, WaitMs: wait})
+	h.noErr(t, "fairAcquireFailed", err)
+	h.end(t, model.Step{Op: model.OpFairAcquireFailed, Owner: owner, WaitMs: wait}, before)
+}
+
+func (h *harness) fairUnlock(t *rapid.T, owner string) {
+	lease := h.lease(t)
+	latch := h.dur(t, "latch", 1, 20)
+	req := h.request(t, owner)
+	a := h.args(owner, lease, 0)
+	a.RequestID, a.LatchMs = req, latch
+	before := h.begin()
+	want := h.m.FairUnlock(h.server, a.NowMs, owner, lease, req, latch, a.GraceMs)
+	got, err := h.scripts.FairUnlock(h.ctx, h.rdb, h.keys, a)
+	h.noErr(t, "fairUnlock", err)
+	if int(want) != int(got) {
+		t.Fatalf("fairUnlock by %s (%s): model %v, Redis %v\nbefore: %v", owner, req, want, got, before)
+	}
+	h.end(t, model.Step{Op: model.OpFairUnlock, Owner: owner, Now: a.NowMs}, before)
+}
+
+func (h *harness) actFairForceUnlock(t *rapid.T) {
+	c := rapid.SampledFrom(clients).Draw(t, "client")
+	now, grace := h.client+h.skew[c], h.grace[c]
+	before := h.begin()
+	want := h.m.FairForceUnlock(h.server, now, grace)
+	got, err := h.scripts.FairForceUnlock(h.ctx, h.rdb, h.keys, lua.Args{NowMs: now, GraceMs: grace})
+	h.noErr(t, "fairForceUnlock", err)
+	if want != got {
+		t.Fatalf("fairForceUnlock: model %v, Redis %v", want, got)
+	}
+	h.end(t, model.Step{Op: model.OpFairForceUnlock, Now: now}, before)
+}
+
+func TestFairMiniredis(t *testing.T) { check(t, fairMachine, miniBackend{}) }
+
+func TestFairRedisServer(t *testing.T) { check(t, fairMachine, newRealBackend(t)) }
+
+func FuzzFairMiniredis(f *testing.F) {
+	f.Fuzz(rapid.MakeFuzz(fairMachine(miniBackend{}, lua.Default, new(counts))))
+}
+
+func FuzzFairRedisServer(f *testing.F) {
+	f.Fuzz(rapid.MakeFuzz(fairMachine(newRealBackend(f), lua.Default, new(counts))))
+}
