@@ -48,10 +48,11 @@ type Hub struct {
 	ping    time.Duration
 	slot    func(string) int
 
-	mu     sync.Mutex
-	conns  map[string]*conn // by primary address ("" outside a sharded cluster)
-	chans  map[string]*entry
-	closed bool
+	mu      sync.Mutex
+	conns   map[string]*conn // by primary address ("" outside a sharded cluster)
+	retired []*conn          // replaced connections whose reader may still run
+	chans   map[string]*entry
+	closed  bool
 }
 
 // conn is one PubSub and the goroutine reading it.
@@ -65,6 +66,11 @@ type conn struct {
 	// unsent counts our own SUNSUBSCRIBEs not yet confirmed, to tell them
 	// from the server dropping a channel whose slot moved away.
 	unsent map[string]int
+	// started: the reader runs. It is started only after the first
+	// subscription was sent, so that go-redis opens the connection to the
+	// node serving that channel (with no channel it picks a random node).
+	started bool
+	retired bool // replaced: the reader stops
 }
 
 type entry struct {
@@ -136,7 +142,6 @@ func (h *Hub) connLocked(ctx context.Context, key string) *conn {
 		c.ps = h.rdb.Subscribe(ctx)
 	}
 	h.conns[key] = c
-	go h.read(c)
 	return c
 }
 
@@ -152,6 +157,10 @@ func (h *Hub) subscribeLocked(ctx context.Context, c *conn, channel string) {
 	// On error go-redis keeps the channel in its set and re-subscribes on
 	// reconnect; the confirmation will come then, or the caller's ctx ends.
 	_ = err
+	if !c.started {
+		c.started = true
+		go h.read(c)
+	}
 }
 
 // Subscribe subscribes to channel and returns once the server has confirmed
@@ -276,22 +285,28 @@ func (h *Hub) Close() error {
 		return nil
 	}
 	h.closed = true
-	conns := h.conns
+	conns := h.retired
+	for _, c := range h.conns {
+		conns = append(conns, c)
+	}
 	h.mu.Unlock()
 	var first error
 	for _, c := range conns {
-		if err := c.ps.Close(); err != nil && first == nil {
+		if err := c.ps.Close(); err != nil && first == nil && !c.retired {
 			first = err
 		}
-		<-c.done
+		if c.started {
+			<-c.done
+		}
 	}
 	return first
 }
 
-func (h *Hub) isClosed() bool {
+// stopped reports whether c's reader should end.
+func (h *Hub) stopped(c *conn) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.closed
+	return h.closed || c.retired
 }
 
 func (h *Hub) read(c *conn) {
@@ -301,7 +316,7 @@ func (h *Hub) read(c *conn) {
 	for {
 		msg, err := c.ps.ReceiveTimeout(ctx, h.ping)
 		if err != nil {
-			if h.isClosed() {
+			if h.stopped(c) {
 				return
 			}
 			var ne net.Error
@@ -313,10 +328,10 @@ func (h *Hub) read(c *conn) {
 				cancel()
 				continue
 			}
-			if slot, addr, ok := movedSlot(err); ok {
+			if slot, _, ok := movedSlot(err); ok {
 				// A subscription was refused: its slot is served
 				// elsewhere. Not a connection failure.
-				h.relocate(c, slot, addr)
+				h.relocate(c, slot)
 				continue
 			}
 			failed = true
@@ -364,7 +379,7 @@ func movedSlot(err error) (int, string, bool) {
 
 // relocate moves every channel of c in slot to the connection of the
 // primary that now serves it.
-func (h *Hub) relocate(c *conn, slot int, _ string) {
+func (h *Hub) relocate(c *conn, slot int) {
 	if h.slot == nil {
 		return
 	}
@@ -376,7 +391,7 @@ func (h *Hub) relocate(c *conn, slot int, _ string) {
 		}
 	}
 	h.mu.Unlock()
-	h.move(c, moving)
+	h.move(c, moving, true)
 }
 
 // dropped handles an SUNSUBSCRIBE confirmation: ours, or the server's
@@ -395,14 +410,17 @@ func (h *Hub) dropped(c *conn, channel string) {
 	mine := e != nil && e.c == c
 	h.mu.Unlock()
 	if mine {
-		h.move(c, []string{channel})
+		h.move(c, []string{channel}, false)
 	}
 }
 
 // move re-subscribes channels (still subscribed, according to the hub, on
 // c) on the connection of their current primary, and wakes their waiters at
 // once: a message published while the slot moved went to the other node.
-func (h *Hub) move(c *conn, channels []string) {
+// refused says the server refused them with MOVED: when our view still
+// names c's node as their primary, c is connected to the wrong node (it
+// was opened with a stale view) and is replaced.
+func (h *Hub) move(c *conn, channels []string, refused bool) {
 	if len(channels) == 0 {
 		return
 	}
@@ -425,6 +443,11 @@ func (h *Hub) move(c *conn, channels []string) {
 		if err != nil {
 			key = c.key
 		}
+		if key == c.key && refused {
+			h.replaceLocked(c)
+			h.mu.Unlock()
+			return
+		}
 		// Forget the channel on c without waiting for the server: the
 		// server already dropped or refused it.
 		delete(c.sent, ch)
@@ -436,6 +459,38 @@ func (h *Hub) move(c *conn, channels []string) {
 		wakeAll(e)
 		h.mu.Unlock()
 	}
+}
+
+// replaceLocked retires c and subscribes all its channels on a new
+// connection for the same primary, opened with the current view of the
+// cluster. h.mu is held.
+func (h *Hub) replaceLocked(c *conn) {
+	c.retired = true
+	live := h.retired[:0]
+	for _, r := range h.retired { // forget those whose reader has ended
+		select {
+		case <-r.done:
+		default:
+			live = append(live, r)
+		}
+	}
+	h.retired = append(live, c)
+	if h.conns[c.key] == c {
+		delete(h.conns, c.key)
+	}
+	nc := h.connLocked(context.Background(), c.key)
+	for ch, e := range h.chans {
+		if e.c != c {
+			continue
+		}
+		e.c = nc
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		h.subscribeLocked(ctx, nc, ch)
+		cancel()
+		wakeAll(e)
+	}
+	// Closing makes c's reader return (it sees c.retired).
+	go func() { _ = c.ps.Close() }()
 }
 
 // confirmed handles a subscription confirmation. One that follows a
