@@ -1,0 +1,110 @@
+package clustertest
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/internal/redistest"
+	"github.com/fairlock-go/fairlock/reentrant"
+)
+
+// A lock taken while its slot is migrating: the key does not exist on the
+// old primary, so the acquisition is redirected (ASK) to the importing
+// one, and so is the replica confirmation (ASKING + the confirm script +
+// WAIT on the importing primary). The hold is acknowledged and present on
+// the new primary, and the lock is released after the migration.
+func TestReplicaAckDuringMigration(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	cc := cl.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newClient(t, cc) // replica acknowledgement on by default
+	name := redistest.Prefix(t) + "ask"
+	slot := core.Slot(name)
+	src, err := cl.PrimaryOf(ctx, slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prims, err := cl.Primaries(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := prims[0]
+	if dst == src {
+		dst = prims[1]
+	}
+	mig, err := newMigration(ctx, cl, slot, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mig.close()
+	if err := mig.begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err := reentrant.New(c, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waits := func() int64 { return commandCalls(ctx, t, mig.dstC, "wait") }
+	before := waits()
+	if err := m.Lock(ctx); err != nil {
+		t.Fatalf("Lock during the migration: %v", err)
+	}
+	if after := waits(); after <= before {
+		t.Errorf("no WAIT ran on the importing primary (%d before, %d after)", before, after)
+	}
+	var exists *redis.IntCmd
+	if _, err := mig.dstC.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "asking")
+		exists = p.Exists(ctx, name)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if exists.Val() != 1 {
+		t.Fatalf("the lock is not on the importing primary")
+	}
+	if err := mig.finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	back, err := newMigration(ctx, cl, slot, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.close()
+	if err := back.begin(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := back.moveKeys(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := back.finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// commandCalls reads how many times a command ran on a server, from INFO
+// commandstats.
+func commandCalls(ctx context.Context, t *testing.T, c *redis.Client, cmd string) int64 {
+	t.Helper()
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
