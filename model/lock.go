@@ -258,6 +258,19 @@ func (l *Lock) Renew(server int64, owner string, leaseMs int64) bool {
 	return true
 }
 
+// Persist is Redis's PERSIST on the lock hash (Redisson's clearExpire): the
+// lock loses its lease and stays until it is unlocked or deleted. No script
+// does this; the property tests use it to reach the scripts' branches for a
+// lock without expiry (PTTL -1).
+func (l *Lock) Persist(server int64) bool {
+	l.Advance(server)
+	if !l.Locked() || l.LeaseEnd == NoExpiry {
+		return false
+	}
+	l.LeaseEnd = NoExpiry
+	return true
+}
+
 // String is a compact description for test failures.
 func (l *Lock) String() string {
 	var b strings.Builder

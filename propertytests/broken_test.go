@@ -84,29 +84,41 @@ func (v brokenVariant) scripts(t *testing.T) *lua.Scripts {
 }
 
 // TestBrokenVariantsFail runs each broken variant's machine on miniredis and
-// requires rapid to report a failure.
+// on redis-server and requires rapid to report a failure.
 func TestBrokenVariantsFail(t *testing.T) {
 	// Shrinking is not what this test is about, and no fail file should be
 	// written for an expected failure.
 	setFlag(t, "rapid.shrinktime", "500ms")
 	setFlag(t, "rapid.nofailfile", "true")
+	backends := []struct {
+		name string
+		b    func(t *testing.T) backend
+	}{
+		{"miniredis", func(*testing.T) backend { return miniBackend{} }},
+		{"redis-server", func(t *testing.T) backend { return newRealBackend(t) }},
+	}
 	for _, v := range brokenVariants {
 		t.Run(v.name, func(t *testing.T) {
 			scripts := v.scripts(t)
-			r := &recorder{name: t.Name()}
-			var c counts
-			func() {
-				defer func() {
-					if p := recover(); p != nil && p != errFailNow {
-						panic(p)
+			for _, be := range backends {
+				t.Run(be.name, func(t *testing.T) {
+					b := be.b(t)
+					r := &recorder{name: t.Name()}
+					var c counts
+					func() {
+						defer func() {
+							if p := recover(); p != nil && p != errFailNow {
+								panic(p)
+							}
+						}()
+						rapid.Check(r, v.machine(b, scripts, &c))
+					}()
+					if !r.Failed() {
+						t.Fatalf("the machine did not catch %q in %d sequences, %d steps", v.name, c.sequences, c.steps)
 					}
-				}()
-				rapid.Check(r, v.machine(miniBackend{}, scripts, &c))
-			}()
-			if !r.Failed() {
-				t.Fatalf("the machine did not catch %q in %d sequences, %d steps", v.name, c.sequences, c.steps)
+					t.Logf("caught (%d sequences run, shrinking included): %s", c.sequences, r.first())
+				})
 			}
-			t.Logf("caught after %d sequences (including shrinking): %s", c.sequences, r.first())
 		})
 	}
 }

@@ -33,6 +33,7 @@ func fairMachine(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T) {
 			{"forceUnlock", 1, h.actFairForceUnlock},
 			{"renew", 1, h.actRenew},
 			{"skewClient", 1, h.actSkew},
+			{"persistLease", 1, h.actPersist},
 			{"reentrantForceUnlock", 1, h.actForceUnlock}, // the plain script on a fair lock: deletes the hash only
 		}))
 	}

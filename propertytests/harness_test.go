@@ -93,6 +93,9 @@ type counts struct {
 }
 
 func (c *counts) String() string {
+	if c.joins == 0 {
+		return fmt.Sprintf("%d sequences, %d steps", c.sequences, c.steps)
+	}
 	return fmt.Sprintf("%d sequences, %d steps; %d joins, %d grants from the queue, %d notifications, %d prunes, longest queue %d",
 		c.sequences, c.steps, c.joins, c.queueGrants, c.notified, c.pruned, c.maxQueue)
 }
@@ -244,7 +247,8 @@ func (h *harness) compare(got *model.Lock, published []model.Message, before *mo
 	if !maps.Equal(want.Holds, got.Holds) {
 		return fmt.Errorf("hash %v, want %v", got.Holds, want.Holds)
 	}
-	if want.Locked() && !h.within(want.LeaseEnd-h.server, got.LeaseEnd-h.server) {
+	if want.Locked() && (want.LeaseEnd == model.NoExpiry) != (got.LeaseEnd == model.NoExpiry) ||
+		want.Locked() && want.LeaseEnd != model.NoExpiry && !h.within(want.LeaseEnd-h.server, got.LeaseEnd-h.server) {
 		return fmt.Errorf("lease ends %d, want %d", got.LeaseEnd, want.LeaseEnd)
 	}
 	if !slices.Equal(want.Queue, got.Queue) {
@@ -293,6 +297,19 @@ func (h *harness) actExpireLease(t *rapid.T) {
 		t.Skip("no lease running")
 	}
 	h.advanceServer(t, h.m.LeaseEnd-h.server)
+}
+
+// actPersist removes the lock's lease (PERSIST, Redisson's clearExpire), so
+// that the scripts meet a lock without expiry.
+func (h *harness) actPersist(t *rapid.T) {
+	before := h.begin()
+	want := h.m.Persist(h.server)
+	got, err := h.rdb.Persist(h.ctx, h.keys.Name).Result()
+	h.noErr(t, "persist", err)
+	if want != got {
+		t.Fatalf("persist: model %v, Redis %v", want, got)
+	}
+	h.end(t, model.Step{Op: model.OpTime}, before)
 }
 
 func (h *harness) actAdvanceClient(t *rapid.T) { h.client += h.dur(t, "d", 0, 10) }

@@ -24,6 +24,7 @@ func reentrantMachine(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T)
 			{"renew", 1, h.actRenew},
 			{"expireLease", 1, h.actExpireLease},
 			{"forceUnlock", 1, h.actForceUnlock},
+			{"persistLease", 1, h.actPersist},
 		}))
 	}
 }
@@ -101,6 +102,7 @@ type machine func(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T)
 
 // check runs a machine with the real scripts and logs how much it ran.
 func check(t *testing.T, m machine, b backend) {
+	t.Helper()
 	var c counts
 	rapid.Check(t, m(b, lua.Default, &c))
 	t.Logf("%v", &c)
