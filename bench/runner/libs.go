@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,35 @@ type counter struct {
 	timeScript atomic.Bool
 	mu         sync.Mutex
 	maxScript  time.Duration
+	keepNames  atomic.Bool
+	names      map[string]bool // command names sent while keepNames
+}
+
+func (c *counter) startNames() {
+	c.mu.Lock()
+	c.names = map[string]bool{}
+	c.mu.Unlock()
+	c.keepNames.Store(true)
+}
+
+func (c *counter) stopNames() map[string]bool {
+	c.keepNames.Store(false)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.names
+	c.names = nil
+	return n
+}
+
+func (c *counter) name(n string) {
+	if !c.keepNames.Load() {
+		return
+	}
+	c.mu.Lock()
+	if c.names != nil {
+		c.names[strings.ToLower(n)] = true
+	}
+	c.mu.Unlock()
 }
 
 func (c *counter) scriptTime(d time.Duration) {
@@ -77,6 +107,7 @@ func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		c.n.Add(1)
+		c.name(cmd.Name())
 		if !c.timeScript.Load() {
 			return next(ctx, cmd)
 		}
@@ -94,6 +125,9 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		c.n.Add(1)
+		for _, cmd := range cmds {
+			c.name(cmd.Name())
+		}
 		return next(ctx, cmds)
 	}
 }
@@ -278,16 +312,24 @@ type rdlClient struct {
 // hook does for the others.
 type countingRueidis struct {
 	rueidis.Client
-	n *atomic.Int64
+	c *counter
 }
 
 func (c countingRueidis) Do(ctx context.Context, cmd rueidis.Completed) rueidis.RedisResult {
-	c.n.Add(1)
+	c.c.n.Add(1)
+	if parts := cmd.Commands(); len(parts) > 0 {
+		c.c.name(parts[0])
+	}
 	return c.Client.Do(ctx, cmd)
 }
 
 func (c countingRueidis) DoMulti(ctx context.Context, cmds ...rueidis.Completed) []rueidis.RedisResult {
-	c.n.Add(1)
+	c.c.n.Add(1)
+	for _, cmd := range cmds {
+		if parts := cmd.Commands(); len(parts) > 0 {
+			c.c.name(parts[0])
+		}
+	}
 	return c.Client.DoMulti(ctx, cmds...)
 }
 
@@ -302,7 +344,7 @@ func openRueidislock(e *env) (client, error) {
 			if err != nil {
 				return nil, err
 			}
-			return countingRueidis{Client: c, n: &e.cmds.n}, nil
+			return countingRueidis{Client: c, c: e.cmds}, nil
 		},
 	})
 	if err != nil {

@@ -13,13 +13,18 @@ import (
 func (r *Results) Markdown(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	p("Machine: %s.\n", r.Machine)
-	p("Rounds: %d (each cell: median over rounds, (min–max) across rounds); run took %v.\n\n", r.Cfg.Rounds, r.Elapsed.Round(1e9))
+	p("Rounds: %d", r.Cfg.Rounds)
+	if r.Cfg.DrainRounds > 0 && r.Cfg.DrainRounds < r.Cfg.Rounds && len(r.Drain) > 0 {
+		p(" (the drain: %d)", r.Cfg.DrainRounds)
+	}
+	p("; each cell is the median over the rounds, with (min–max) across rounds when they differ; the run took %v.\n\n", r.Elapsed.Round(1e9))
 
 	if len(r.Floor)+len(r.Uncontended) > 0 {
 		p("### Floor and scenario 1: uncontended Lock+Unlock, one goroutine, one key\n\n")
 		p("%d cycles per round. Latency is per cycle (Lock+Unlock); allocs are process-wide runtime.MemStats.Mallocs per cycle; "+
 			"round trips are commands sent per cycle, counted in the client (go-redis hook; a wrapper of the rueidis client); "+
-			"server time is the execution time Redis logs per cycle in SLOWLOG at threshold 0, over a separate 200 cycles (only on a server the runner started).\n\n", r.P.cycles)
+			"server time is Redis's own execution time per cycle (INFO commandstats usec of the command types the client sent: EVALSHA, and SET for redsync), "+
+			"over a separate 200 cycles (only on a server the runner started).\n\n", r.P.cycles)
 		p("| | median | p99 | allocs/cycle | round trips/cycle | server time/cycle |\n|---|---|---|---|---|---|\n")
 		for _, name := range []string{Floor1, Floor2, FloorPub} {
 			if fr, ok := r.Floor[name]; ok {
@@ -63,8 +68,8 @@ func (r *Results) Markdown(w io.Writer) {
 		p("### Scenario 4: fair-queue drain (fairlock/fair only)\n\n")
 		p("n real waiters (a fair.Mutex and a goroutine each, over 4 clients) queue behind a holder (enqueue time: until LLEN of the queue is n); " +
 			"then the holder unlocks and each waiter takes the lock and releases it at once. Drain: from the holder's Unlock to the last " +
-			"waiter's Unlock returning. Slowest script: the longest EVAL/EVALSHA during the drain, server-side from SLOWLOG at threshold 0 " +
-			"(only on a server the runner started; read every 20 ms) and client-side round trip. Commands per waiter count every command the clients sent during the drain; " +
+			"waiter's Unlock returning. Slowest script: the longest EVAL/EVALSHA during the drain, server-side from SLOWLOG at a 100 µs threshold " +
+			"(only on a server the runner started; at threshold 0 Redis 7 would also log every call inside a script and slow it down) and client-side (round trip, including waits for a pooled connection). Commands per waiter count every command the clients sent during the drain; " +
 			"Redis CPU per waiter is INFO cpu (user+sys) over the drain divided by n.\n\n")
 		p("| waiters | enqueue | drain | drain per waiter | Redis CPU per waiter | slowest script (server) | slowest script call (client) | commands per waiter | errors |\n|---|---|---|---|---|---|---|---|---|\n")
 		sizes := make([]int, 0, len(r.Drain))
@@ -75,7 +80,7 @@ func (r *Results) Markdown(w io.Writer) {
 		for _, n := range sizes {
 			dr := r.Drain[n]
 			p("| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, dr.enqueue.cell(fmtSec), dr.drain.cell(fmtSec), dr.perHandoff.cell(fmtUs), dr.cpu.cell(fmtUs),
-				dr.slowServer.cell(fmtUs), dr.slowClient.cell(fmtUs), dr.cmds.cell(fmt1), errCell(dr.errors, dr.firstErr))
+				dr.slowServer.cell(fmtSlow), dr.slowClient.cell(fmtUs), dr.cmds.cell(fmt1), errCell(dr.errors, dr.firstErr))
 		}
 		p("\n")
 	}

@@ -37,13 +37,16 @@ var Scenarios = []string{ScFloor, ScUncontended, ScContention, ScFairness, ScDra
 
 // Config is one run of the runner.
 type Config struct {
-	Redis  string   // host:port of an existing Redis; empty: start a redis-server
-	Rounds int      // repetitions of every scenario (interleaved across libraries)
-	Sizes  []int    // drain sizes
-	Quick  bool     // tiny sizes: a smoke run of a few seconds
-	Only   []string // scenarios to run; empty: all
-	Libs   []string // libraries to run (by name); empty: all
-	Log    io.Writer
+	Redis  string // host:port of an existing Redis; empty: start a redis-server
+	Rounds int    // repetitions of every scenario (interleaved across libraries)
+	// DrainRounds caps the rounds of the drain scenario (its 10,000-waiter
+	// drain takes minutes); 0: Rounds.
+	DrainRounds int
+	Sizes       []int    // drain sizes
+	Quick       bool     // tiny sizes: a smoke run of a few seconds
+	Only        []string // scenarios to run; empty: all
+	Libs        []string // libraries to run (by name); empty: all
+	Log         io.Writer
 }
 
 // params are the sizes a run uses.
@@ -127,6 +130,9 @@ func (c Config) wants(sc string) bool { return len(c.Only) == 0 || slices.Contai
 func (c Config) Validate() error {
 	if c.Rounds < 1 {
 		return fmt.Errorf("rounds must be at least 1, got %d", c.Rounds)
+	}
+	if c.DrainRounds < 0 {
+		return fmt.Errorf("drain rounds must be at least 0, got %d", c.DrainRounds)
 	}
 	for _, s := range c.Sizes {
 		if s < 1 {
@@ -245,7 +251,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		run  func(round int)
 	}
 	steps := []step{
-		{ScFloor, func(int) { r.runFloor(ctx, t) }},
+		{ScFloor, func(int) { r.runFloor(ctx, e, t) }},
 		{ScUncontended, func(int) { r.runUncontended(ctx, e, t) }},
 		{ScContention, func(int) { r.runContention(ctx, e) }},
 		{ScFairness, func(round int) { r.runFairness(ctx, e, t, round) }},
@@ -257,11 +263,15 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		if !cfg.wants(s.name) {
 			continue
 		}
-		for round := 1; round <= cfg.Rounds; round++ {
+		rounds := cfg.Rounds
+		if s.name == ScDrain && cfg.DrainRounds > 0 {
+			rounds = min(rounds, cfg.DrainRounds)
+		}
+		for round := 1; round <= rounds; round++ {
 			if ctx.Err() != nil {
 				return r, ctx.Err()
 			}
-			r.logf("%s round %d/%d", s.name, round, cfg.Rounds)
+			r.logf("%s round %d/%d", s.name, round, rounds)
 			s.run(round)
 		}
 	}

@@ -43,9 +43,9 @@ func row[K comparable, V any](m map[K]*V, k K) *V {
 
 // runFloor measures one EVALSHA round trip, two in sequence, and the time
 // from issuing a PUBLISH to its delivery on a subscribed connection.
-func (r *Results) runFloor(ctx context.Context, t *target) {
+func (r *Results) runFloor(ctx context.Context, e *env, t *target) {
 	n := r.P.floorN
-	rdb := redis.NewClient(&redis.Options{Addr: t.addr})
+	rdb := e.goredis() // with the same hook as the libraries' clients
 	defer rdb.Close()
 	s := redis.NewScript("return 1")
 	if err := s.Run(ctx, rdb, nil).Err(); err != nil {
@@ -75,7 +75,7 @@ func (r *Results) runFloor(ctx context.Context, t *target) {
 		fr.p99.add(durPercentile(lat, 99))
 		fr.allocs.add(allocs)
 		fr.rtt.add(float64(k))
-		st, err := serverTime(ctx, t, min(n, 200), func() error {
+		st, err := serverTime(ctx, t, e, min(n, 200), func() error {
 			for range k {
 				if err := s.EvalSha(ctx, rdb, nil).Err(); err != nil {
 					return err
@@ -134,28 +134,22 @@ func (r *Results) runFloor(ctx context.Context, t *target) {
 	fr.server.add(math.NaN())
 }
 
-// serverTime runs cycle k times with SLOWLOG at threshold 0 and returns the
-// server's execution time per cycle in microseconds: the sum of the logged
-// top-level commands (Redis 7 also logs a script's inner calls, from client
-// "?:0"; they are inside the script's own entry and are skipped). Only on
-// a server the runner started; NaN otherwise. It runs apart from the timed
-// loop, since logging every command costs the server a little.
-func serverTime(ctx context.Context, t *target, k int, cycle func() error) (float64, error) {
+// serverTime runs cycle k times and returns the server's execution time per
+// cycle in microseconds, from INFO commandstats: the usec of the command
+// types the clients sent in those cycles (EVALSHA, and SET for redsync). A
+// script's inner calls are inside its EVALSHA's time, and are not counted
+// again as long as no library sends the same command both ways (none does).
+// SLOWLOG at threshold 0 would log the inner calls too, slowing every
+// script by its number of calls, so it is not used here. Only on a server
+// the runner started (NaN otherwise): another server's commandstats mix in
+// other clients.
+func serverTime(ctx context.Context, t *target, e *env, k int, cycle func() error) (float64, error) {
 	if !t.own {
 		return math.NaN(), nil
 	}
-	if err := t.admin.ConfigSet(ctx, "slowlog-max-len", strconv.Itoa(20*k+100)).Err(); err != nil {
-		return 0, err
-	}
-	if err := t.admin.ConfigSet(ctx, "slowlog-log-slower-than", "0").Err(); err != nil {
-		return 0, err
-	}
-	defer func() {
-		_ = t.admin.ConfigSet(context.WithoutCancel(ctx), "slowlog-log-slower-than", "10000").Err()
-		_ = t.admin.ConfigSet(context.WithoutCancel(ctx), "slowlog-max-len", "128").Err()
-		_ = t.admin.Do(context.WithoutCancel(ctx), "slowlog", "reset").Err()
-	}()
-	if err := t.admin.Do(ctx, "slowlog", "reset").Err(); err != nil {
+	e.cmds.startNames()
+	before, err := commandStats(ctx, t.admin)
+	if err != nil {
 		return 0, err
 	}
 	for range k {
@@ -163,30 +157,40 @@ func serverTime(ctx context.Context, t *target, k int, cycle func() error) (floa
 			return 0, err
 		}
 	}
-	entries, err := t.admin.Do(ctx, "slowlog", "get", -1).Slice()
+	after, err := commandStats(ctx, t.admin)
 	if err != nil {
 		return 0, err
 	}
-	var total int64
-	for _, en := range entries {
-		f, ok := en.([]any)
-		if !ok || len(f) < 4 {
+	var total float64
+	for name := range e.cmds.stopNames() {
+		total += after[name] - before[name]
+	}
+	return total / float64(k), nil
+}
+
+// commandStats is INFO commandstats: usec per command name (lower case).
+func commandStats(ctx context.Context, rdb *redis.Client) (map[string]float64, error) {
+	s, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(s, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
 			continue
 		}
-		if len(f) > 4 {
-			if addr, _ := f[4].(string); addr == "?:0" {
-				continue // a call made inside a script: already in the script's entry
+		for _, kv := range strings.Split(rest, ",") {
+			if k, v, ok := strings.Cut(kv, "="); ok && k == "usec" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return nil, err
+				}
+				out[strings.ToLower(strings.TrimPrefix(name, "cmdstat_"))] = f
 			}
 		}
-		if args, _ := f[3].([]any); len(args) > 0 {
-			if c, _ := args[0].(string); strings.EqualFold(c, "slowlog") || strings.EqualFold(c, "config") {
-				continue // this function's own commands
-			}
-		}
-		us, _ := f[2].(int64)
-		total += us
 	}
-	return float64(total) / float64(k), nil
+	return out, nil
 }
 
 // runUncontended is scenario 1: one goroutine, Lock+Unlock on one key.
@@ -238,7 +242,7 @@ func (r *Results) uncontendedOne(ctx context.Context, e *env, t *target, lib Lib
 	ur.p99.add(durPercentile(lat, 99))
 	ur.allocs.add(allocs)
 	ur.rtt.add(cmds)
-	st, err := serverTime(ctx, t, min(n, 200), func() error {
+	st, err := serverTime(ctx, t, e, min(n, 200), func() error {
 		if err := m.lock(ctx); err != nil {
 			return err
 		}
@@ -389,6 +393,10 @@ func (r *Results) fairnessOne(ctx context.Context, e *env, t *target, lib Lib, r
 	return inversions(grant), arrival, int(viol.Load()), nil
 }
 
+// slowThresholdUs is the SLOWLOG threshold of the drain: scripts faster than
+// this are not seen, and the table says "< 100 µs".
+const slowThresholdUs = 100
+
 // runDrain is scenario 4 (this project's fair lock only): n real waiters
 // (fair.Mutex handles, one goroutine each, spread over 4 clients) queue
 // behind a holder, then the holder releases and each waiter takes the lock
@@ -483,15 +491,16 @@ func (r *Results) drainOne(ctx context.Context, e *env, t *target, n, round int,
 	}
 	enqueue := time.Since(t0)
 
-	// The slowest script, server-side: SLOWLOG at threshold 0 logs every
-	// top-level command with its execution time (a script's inner calls
-	// are not logged apart). It is read every 20 ms by id, so that the
-	// log's bounded length never drops an entry unread.
+	// The slowest script, server-side, from SLOWLOG. Not at threshold 0:
+	// Redis 7 logs a script's inner calls too, which would slow down
+	// exactly the scripts with many calls; at slowThresholdUs no inner call
+	// of a healthy server is logged. The log is read and emptied every
+	// 20 ms, so that it stays short.
 	slowlog := t.own
 	slowServer := math.NaN()
 	var stopPoll func() error
 	if slowlog {
-		for _, kv := range [][2]string{{"slowlog-log-slower-than", "0"}, {"slowlog-max-len", "100000"}} {
+		for _, kv := range [][2]string{{"slowlog-log-slower-than", strconv.Itoa(slowThresholdUs)}, {"slowlog-max-len", "100000"}} {
 			if err := t.admin.ConfigSet(ctx, kv[0], kv[1]).Err(); err != nil {
 				return err
 			}
@@ -505,31 +514,32 @@ func (r *Results) drainOne(ctx context.Context, e *env, t *target, n, round int,
 			return err
 		}
 		slowServer = 0
-		var lastID int64 = -1
+		// GET and RESET in one MULTI, so that no entry falls between
+		// them and the log never holds more than one poll's worth.
 		poll := func() error {
-			entries, err := t.admin.Do(ctx, "slowlog", "get", 100000).Slice()
+			var get *redis.Cmd
+			_, err := t.admin.TxPipelined(ctx, func(p redis.Pipeliner) error {
+				get = p.Do(ctx, "slowlog", "get", -1)
+				p.Do(ctx, "slowlog", "reset")
+				return nil
+			})
 			if err != nil {
 				return err
 			}
-			for _, en := range entries { // newest first
+			entries, err := get.Slice()
+			if err != nil {
+				return err
+			}
+			for _, en := range entries {
 				f, ok := en.([]any)
 				if !ok || len(f) < 4 {
 					continue
-				}
-				id, _ := f[0].(int64)
-				if id <= lastID {
-					break
 				}
 				us, _ := f[2].(int64)
 				if args, _ := f[3].([]any); len(args) > 0 {
 					if c, _ := args[0].(string); strings.EqualFold(c, "evalsha") || strings.EqualFold(c, "eval") {
 						slowServer = max(slowServer, float64(us))
 					}
-				}
-			}
-			if len(entries) > 0 {
-				if f, ok := entries[0].([]any); ok && len(f) > 0 {
-					lastID, _ = f[0].(int64)
 				}
 			}
 			return nil

@@ -115,3 +115,11 @@ func fmtSec(v float64) string {
 	}
 	return fmt.Sprintf("%.2f s", v)
 }
+
+// fmtSlow formats a slowest-script figure where 0 means none was logged.
+func fmtSlow(v float64) string {
+	if v == 0 {
+		return fmt.Sprintf("< %d µs", slowThresholdUs)
+	}
+	return fmtUs(v)
+}

@@ -30,6 +30,7 @@ func main() {
 	var (
 		redisAddr = flag.String("redis", "", "host:port of an existing Redis (default: start a redis-server on a free loopback port)")
 		rounds    = flag.Int("rounds", 5, "repetitions of every scenario, interleaved across libraries")
+		drainR    = flag.Int("drain-rounds", 0, "cap on the drain scenario's rounds (default: --rounds)")
 		sizes     = flag.String("sizes", "", "comma-separated fair-queue drain sizes (default 100,1000,10000; with --quick 5,20)")
 		quick     = flag.Bool("quick", false, "tiny sizes: a smoke run that takes seconds")
 		only      = flag.String("only", "", "comma-separated scenarios: "+strings.Join(runner.Scenarios, ","))
@@ -37,7 +38,7 @@ func main() {
 		quiet     = flag.Bool("q", false, "no progress lines on stderr")
 	)
 	flag.Parse()
-	cfg := runner.Config{Redis: *redisAddr, Rounds: *rounds, Quick: *quick, Log: os.Stderr}
+	cfg := runner.Config{Redis: *redisAddr, Rounds: *rounds, DrainRounds: *drainR, Quick: *quick, Log: os.Stderr}
 	if *quiet {
 		cfg.Log = nil
 	}
