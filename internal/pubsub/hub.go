@@ -71,6 +71,7 @@ type conn struct {
 	// node serving that channel (with no channel it picks a random node).
 	started bool
 	retired bool // replaced: the reader stops
+	resync  bool // a write failed: the counts in sent cannot be trusted
 }
 
 type entry struct {
@@ -145,18 +146,31 @@ func (h *Hub) connLocked(ctx context.Context, key string) *conn {
 	return c
 }
 
+// writeTimeout bounds the write of one SUBSCRIBE or UNSUBSCRIBE.
+const writeTimeout = 5 * time.Second
+
 // subscribeLocked sends the subscription of channel on c. h.mu is held.
-func (h *Hub) subscribeLocked(ctx context.Context, c *conn, channel string) {
+//
+// The write does not use the caller's context: a context that ends during
+// the write would leave it unknown whether the server got the SUBSCRIBE,
+// and a count in c.sent that no confirmation ever pays off would make every
+// later subscription to the channel wait forever. When the write fails
+// anyway (a broken connection), go-redis keeps the channel in its set and
+// subscribes again when it reconnects, and c.resync makes the next
+// confirmation start the counts afresh.
+func (h *Hub) subscribeLocked(c *conn, channel string) {
 	c.sent[channel]++
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
 	var err error
 	if h.sharded {
 		err = c.ps.SSubscribe(ctx, channel)
 	} else {
 		err = c.ps.Subscribe(ctx, channel)
 	}
-	// On error go-redis keeps the channel in its set and re-subscribes on
-	// reconnect; the confirmation will come then, or the caller's ctx ends.
-	_ = err
+	if err != nil {
+		c.resync = true
+	}
 	if !c.started {
 		c.started = true
 		go h.read(c)
@@ -181,7 +195,7 @@ func (h *Hub) Subscribe(ctx context.Context, channel string) (*Waiter, error) {
 	if e == nil {
 		e = &entry{ready: make(chan struct{}), c: h.connLocked(ctx, key)}
 		h.chans[channel] = e
-		h.subscribeLocked(ctx, e.c, channel)
+		h.subscribeLocked(e.c, channel)
 	}
 	e.waiters = append(e.waiters, w)
 	ready := e.ready
@@ -233,11 +247,14 @@ func (w *Waiter) Close() {
 
 // unsubscribeLocked drops channel from c. h.mu is held.
 func (h *Hub) unsubscribeLocked(c *conn, channel string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	if h.sharded {
 		c.unsent[channel]++
-		_ = c.ps.SUnsubscribe(ctx, channel)
+		if err := c.ps.SUnsubscribe(ctx, channel); err != nil {
+			// Perhaps never sent: do not wait for its confirmation.
+			delete(c.unsent, channel)
+		}
 		return
 	}
 	_ = c.ps.Unsubscribe(ctx, channel)
@@ -453,9 +470,7 @@ func (h *Hub) move(c *conn, channels []string, refused bool) {
 		delete(c.sent, ch)
 		h.unsubscribeLocked(c, ch)
 		e.c = h.connLocked(context.Background(), key)
-		sctx, scancel := context.WithTimeout(context.Background(), 2*time.Second)
-		h.subscribeLocked(sctx, e.c, ch)
-		scancel()
+		h.subscribeLocked(e.c, ch)
 		wakeAll(e)
 		h.mu.Unlock()
 	}
@@ -484,9 +499,7 @@ func (h *Hub) replaceLocked(c *conn) {
 			continue
 		}
 		e.c = nc
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		h.subscribeLocked(ctx, nc, ch)
-		cancel()
+		h.subscribeLocked(nc, ch)
 		wakeAll(e)
 	}
 	// Closing makes c's reader return (it sees c.retired).
@@ -499,8 +512,9 @@ func (h *Hub) replaceLocked(c *conn) {
 func (h *Hub) confirmed(c *conn, channel string, afterFailure bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if afterFailure {
+	if afterFailure || c.resync {
 		clear(c.sent)
+		c.resync = false
 	} else if c.sent[channel] > 0 {
 		c.sent[channel]--
 	}
