@@ -143,7 +143,7 @@ func TestWatchdogRenewsPerSlot(t *testing.T) {
 	cc := cl.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	const lease = 600 * time.Millisecond
+	const lease = 1500 * time.Millisecond
 	c := newClient(t, cc, fairlock.WithLease(lease))
 	prefix := redistest.Prefix(t)
 	var locks []*fair.Mutex
