@@ -18,7 +18,7 @@ import (
 // has its own clock skew and head grace.
 var (
 	clients = []string{"cA", "cB", "cC"}
-	owners  = []string{"cA:1", "cA:2", "cB:1", "cC:1"}
+	owners  = []string{"cA:1", "cA:2", "cB:1", "cB:2", "cC:1", "cC:2"}
 )
 
 func clientOf(owner string) string { return owner[:2] }
