@@ -140,6 +140,9 @@ func (s *Session) ConfirmAcquire(ctx context.Context, name, owner string) error 
 	asking := false
 	for try := 0; ; try++ {
 		err = s.confirmOn(ctx, node, asking, name, owner)
+		if err == nil {
+			return nil
+		}
 		redirect, addr := redirected(err)
 		if redirect == "" || try == 3 || ctx.Err() != nil {
 			return err
@@ -227,7 +230,7 @@ func (s *Session) confirmOn(ctx context.Context, node *redis.Client, asking bool
 // redirected parses a "MOVED <slot> <addr>" or "ASK <slot> <addr>" reply.
 func redirected(err error) (kind, addr string) {
 	var re redis.Error
-	if err == nil || !errors.As(err, &re) {
+	if !errors.As(err, &re) {
 		return "", ""
 	}
 	f := strings.Fields(re.Error())
