@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,10 +15,11 @@ import (
 )
 
 // BenchmarkLockUnlock is an uncontended Lock+Unlock cycle of the reentrant
-// and the fair lock on the single loopback redis-server and on the
-// 3-primary/3-replica cluster, with the replica acknowledgement (WAIT after
-// each acquisition) off and on. On the single server there are no
-// replicas, so there is nothing to acknowledge. Compare ns/op across the
+// and the fair lock on the single loopback redis-server, on a primary with
+// one replica (plain client), and on the 3-primary/3-replica cluster, with
+// the replica acknowledgement (WAIT after each acquisition) off and on. On
+// the single server there are no replicas, so there is nothing to
+// acknowledge. Compare ns/op across the
 // sub-benchmarks of one run for the cluster/single ratio and the cost of
 // WAIT.
 func BenchmarkLockUnlock(b *testing.B) {
@@ -27,9 +29,12 @@ func BenchmarkLockUnlock(b *testing.B) {
 		ack  time.Duration
 	}
 	single := func(b *testing.B) redis.UniversalClient { return redistest.Real(b).Client(b) }
+	replicated := func(b *testing.B) redis.UniversalClient { return replicatedPrimary(b) }
 	cluster := func(b *testing.B) redis.UniversalClient { return redistest.SharedCluster(b).Client(b) }
 	for _, s := range []setup{
 		{"single", single, 0}, // default settings: ack on, no replicas to wait for
+		{"replicated/wait=off", replicated, -1},
+		{"replicated/wait=on", replicated, 0},
 		{"cluster/wait=off", cluster, -1},
 		{"cluster/wait=on", cluster, 0},
 	} {
@@ -73,4 +78,51 @@ func BenchmarkLockUnlock(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkRoundTrip is one GET through the same clients: the transport
+// floor that BenchmarkLockUnlock's cluster/single ratio is to be read
+// against (a Lock+Unlock cycle is two script calls).
+func BenchmarkRoundTrip(b *testing.B) {
+	for _, s := range []struct {
+		name string
+		rdb  func(b *testing.B) redis.UniversalClient
+	}{
+		{"single", func(b *testing.B) redis.UniversalClient { return redistest.Real(b).Client(b) }},
+		{"cluster", func(b *testing.B) redis.UniversalClient { return redistest.SharedCluster(b).Client(b) }},
+	} {
+		b.Run(s.name, func(b *testing.B) {
+			rdb := s.rdb(b)
+			ctx := context.Background()
+			key := redistest.Prefix(b) + "k"
+			if err := rdb.Get(ctx, key).Err(); err != nil && err != redis.Nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if err := rdb.Get(ctx, key).Err(); err != redis.Nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+var replicated struct {
+	once sync.Once
+	s    *redistest.Sentinels
+	err  error
+}
+
+// replicatedPrimary is a client of the primary of a primary+replica pair
+// (the Sentinel setup, started once per test binary, stopped by TestMain).
+func replicatedPrimary(b *testing.B) *redis.Client {
+	replicated.once.Do(func() { replicated.s, replicated.err = redistest.StartSentinels("") })
+	if replicated.err != nil {
+		b.Skip(replicated.err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: replicated.s.Primary.Addr})
+	b.Cleanup(func() { _ = c.Close() })
+	return c
 }

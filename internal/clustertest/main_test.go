@@ -12,5 +12,8 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	redistest.StopShared()
+	if replicated.s != nil {
+		replicated.s.Stop()
+	}
 	os.Exit(code)
 }
