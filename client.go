@@ -100,8 +100,14 @@ func WithCleanupTimeout(d time.Duration) Option { return func(c *core.Config) { 
 func WithRenewBatch(n int) Option { return func(c *core.Config) { c.RenewBatch = n } }
 
 // WithShardedPubSub makes the scripts publish with SPUBLISH and waiters
-// subscribe with SSUBSCRIBE (Redis 7+ cluster). Default off.
-func WithShardedPubSub(on bool) Option { return func(c *core.Config) { c.ShardedPubSub = on } }
+// subscribe with SSUBSCRIBE (Redis 7+), or not. Default: on for a
+// *redis.ClusterClient whose servers know sharded pub/sub (decided at the
+// first lock operation, like Redisson's default shardedSubscriptionMode
+// AUTO, so that Go and Java clients of one lock hear each other's
+// wake-ups), off otherwise.
+func WithShardedPubSub(on bool) Option {
+	return func(c *core.Config) { c.ShardedPubSub, c.ShardedSet = on, true }
+}
 
 // WithReplicaAck sets how long, after each acquisition, the client waits
 // (Redis WAIT) for a replica of the lock's primary to acknowledge it, like

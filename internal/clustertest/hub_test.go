@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -99,4 +100,69 @@ func TestShardedOnSingleServer(t *testing.T) {
 	if err := s.release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// By default a client over a ClusterClient uses sharded pub/sub when the
+// servers have it (Redis 7+; Redisson's AUTO): the waiter's subscription is
+// a shard subscription on the lock's primary, and the wake-up reaches it.
+// WithShardedPubSub(false) keeps classic pub/sub; a plain client defaults to
+// classic.
+func TestShardedByDefaultOnCluster(t *testing.T) {
+	cl := redistest.SharedCluster(t)
+	cc := cl.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name    string
+		opts    []fairlock.Option
+		sharded bool
+	}{
+		{"default", nil, true},
+		{"explicit off", []fairlock.Option{fairlock.WithShardedPubSub(false)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, cc, append(tc.opts, fairlock.WithLease(60*time.Second))...)
+			name := redistest.Prefix(t) + "auto"
+			h := newFair(t, c, name)
+			w := newFair(t, c, name)
+			if err := h.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := core.Of(c).Hub.Sharded(); got != tc.sharded {
+				t.Fatalf("Sharded() = %v, want %v", got, tc.sharded)
+			}
+			done := make(chan error, 1)
+			go func() { done <- w.Lock(ctx) }()
+			waitQueued(ctx, t, cc, name, w.Owner())
+			ch := lua.KeysFor(name).WaiterChannel(w.Owner())
+			primary, err := cc.MasterForKey(ctx, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := retryUntil(ctx, func() error {
+				n, err := primary.PubSubShardNumSub(ctx, ch).Result()
+				if err == nil && (n[ch] == 1) != tc.sharded {
+					err = errors.New("subscription not (yet) of the expected kind")
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	t.Run("plain client", func(t *testing.T) {
+		c := newClient(t, redistest.Real(t).Client(t))
+		if core.Of(c).Hub.Sharded() {
+			t.Fatal("a plain client defaults to sharded pub/sub")
+		}
+	})
 }

@@ -41,6 +41,7 @@ type Config struct {
 	CleanupTime   time.Duration // bound on Unlock / give-up cleanup run after ctx ended; default 5 s
 	RenewBatch    int           // keys per renewal call; default 100
 	ShardedPubSub bool          // publish with SPUBLISH (Redis 7+ cluster)
+	ShardedSet    bool          // ShardedPubSub was chosen; else a ClusterClient decides at first use (Redisson's AUTO)
 	ReplicaAck    time.Duration // WAIT timeout after an acquisition (see replicas.go); default 1 s; negative turns it off
 }
 
@@ -95,7 +96,11 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 		return nil, err
 	}
 	s := &Session{ID: newUUID(), RDB: rdb, Scripts: lua.Default, Config: cfg}
-	s.Hub = pubsub.New(rdb, 30*time.Second, pubsub.Sharded(cfg.ShardedPubSub, Slot))
+	mode := pubsub.Sharded(cfg.ShardedPubSub, Slot)
+	if _, ok := rdb.(*redis.ClusterClient); ok && !cfg.ShardedSet {
+		mode = pubsub.AutoSharded(Slot)
+	}
+	s.Hub = pubsub.New(rdb, 30*time.Second, mode)
 	var slot watchdog.SlotFunc
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		slot = Slot
@@ -112,7 +117,7 @@ func (s *Session) NewThreadID() int64 { return s.nextThread.Add(1) }
 
 // PubCmd is the publish command the scripts are told to use.
 func (s *Session) PubCmd() string {
-	if s.Config.ShardedPubSub {
+	if s.Hub.Sharded() {
 		return lua.SPublish
 	}
 	return lua.Publish

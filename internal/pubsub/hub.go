@@ -28,10 +28,12 @@ package pubsub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -44,9 +46,11 @@ var ErrClosed = errors.New("pubsub: hub closed")
 type Hub struct {
 	rdb     redis.UniversalClient
 	cluster *redis.ClusterClient // rdb, when it is one
-	sharded bool
+	slotFn  func(string) int
+	mode    atomic.Int32 // modeClassic, modeSharded, or modeAuto while undecided
+	probeMu sync.Mutex
+	probeAt time.Time // last failed probe
 	ping    time.Duration
-	slot    func(string) int
 
 	mu      sync.Mutex
 	conns   map[string]*conn // by primary address ("" outside a sharded cluster)
@@ -95,8 +99,36 @@ type Option func(*Hub)
 // Sharded makes the hub use SSUBSCRIBE (the scripts must then publish with
 // SPUBLISH). slot maps a channel to its cluster hash slot.
 func Sharded(on bool, slot func(string) int) Option {
-	return func(h *Hub) { h.sharded, h.slot = on, slot }
+	return func(h *Hub) {
+		h.slotFn = slot
+		if on {
+			h.mode.Store(modeSharded)
+		} else {
+			h.mode.Store(modeClassic)
+		}
+	}
 }
+
+// AutoSharded makes the hub decide at first use, as Redisson's
+// shardedSubscriptionMode AUTO does: sharded when the client is a
+// *redis.ClusterClient and the server knows PUBSUB SHARDNUMSUB (Redis 7+),
+// classic otherwise.
+func AutoSharded(slot func(string) int) Option {
+	return func(h *Hub) {
+		h.slotFn = slot
+		h.mode.Store(modeAuto)
+	}
+}
+
+const (
+	modeClassic int32 = iota
+	modeSharded
+	modeAuto
+)
+
+// probeRetry is how long after a failed probe (Redis unreachable) the next
+// one may be sent; until then the hub reports classic pub/sub.
+const probeRetry = time.Second
 
 // New makes a hub over rdb. Nothing is sent to Redis until the first
 // Subscribe. pingEvery is how long a connection may be silent before it is
@@ -110,8 +142,53 @@ func New(rdb redis.UniversalClient, pingEvery time.Duration, opts ...Option) *Hu
 	return h
 }
 
-// Sharded reports whether the hub uses sharded pub/sub.
-func (h *Hub) Sharded() bool { return h.sharded }
+// Sharded reports whether the hub uses sharded pub/sub, so the scripts
+// publish to match (SPUBLISH). In auto mode the first call decides, with a
+// probe of at most 2 s; while Redis cannot be reached it reports false and
+// probes again at most once a second.
+func (h *Hub) Sharded() bool {
+	on, _ := h.decide(context.Background())
+	return on
+}
+
+// decide returns the mode, probing in auto mode; err is the probe's error
+// while undecided.
+func (h *Hub) decide(ctx context.Context) (bool, error) {
+	switch h.mode.Load() {
+	case modeSharded:
+		return true, nil
+	case modeClassic:
+		return false, nil
+	}
+	h.probeMu.Lock()
+	defer h.probeMu.Unlock()
+	if m := h.mode.Load(); m != modeAuto {
+		return m == modeSharded, nil
+	}
+	if h.cluster == nil {
+		h.mode.Store(modeClassic)
+		return false, nil
+	}
+	if !h.probeAt.IsZero() && time.Since(h.probeAt) < probeRetry {
+		return false, errors.New("pubsub: cannot tell whether the cluster has sharded pub/sub (Redis unreachable)")
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	err := h.cluster.Do(pctx, "pubsub", "shardnumsub").Err()
+	var re redis.Error
+	switch {
+	case err == nil:
+		h.mode.Store(modeSharded)
+		return true, nil
+	case errors.As(err, &re): // an unknown subcommand: before Redis 7
+		h.mode.Store(modeClassic)
+		return false, nil
+	}
+	h.probeAt = time.Now()
+	return false, fmt.Errorf("pubsub: probing for sharded pub/sub: %w", err)
+}
+
+func (h *Hub) isSharded() bool { return h.mode.Load() == modeSharded }
 
 // C is where wake-ups arrive. It has room for one: wake-ups coalesce.
 func (w *Waiter) C() <-chan struct{} { return w.c }
@@ -119,7 +196,7 @@ func (w *Waiter) C() <-chan struct{} { return w.c }
 // shardKey is the connection a channel belongs on: its primary's address
 // in a sharded cluster, else "".
 func (h *Hub) shardKey(ctx context.Context, channel string) (string, error) {
-	if !h.sharded || h.cluster == nil {
+	if !h.isSharded() || h.cluster == nil {
 		return "", nil
 	}
 	node, err := h.cluster.MasterForKey(ctx, channel)
@@ -137,7 +214,7 @@ func (h *Hub) connLocked(ctx context.Context, key string) *conn {
 	}
 	c := &conn{key: key, done: make(chan struct{}), sent: map[string]int{}, unsent: map[string]int{}}
 	ctx = context.WithoutCancel(ctx)
-	if h.sharded {
+	if h.isSharded() {
 		c.ps = h.rdb.SSubscribe(ctx)
 	} else {
 		c.ps = h.rdb.Subscribe(ctx)
@@ -163,7 +240,7 @@ func (h *Hub) subscribeLocked(c *conn, channel string) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	var err error
-	if h.sharded {
+	if h.isSharded() {
 		err = c.ps.SSubscribe(ctx, channel)
 	} else {
 		err = c.ps.Subscribe(ctx, channel)
@@ -181,6 +258,9 @@ func (h *Hub) subscribeLocked(c *conn, channel string) {
 // the subscription, so that every message published afterwards is seen.
 // When ctx ends first, nothing is left behind and ctx's error is returned.
 func (h *Hub) Subscribe(ctx context.Context, channel string) (*Waiter, error) {
+	if _, err := h.decide(ctx); err != nil {
+		return nil, err
+	}
 	key, err := h.shardKey(ctx, channel)
 	if err != nil {
 		return nil, err
@@ -249,7 +329,7 @@ func (w *Waiter) Close() {
 func (h *Hub) unsubscribeLocked(c *conn, channel string) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
-	if h.sharded {
+	if h.isSharded() {
 		c.unsent[channel]++
 		if err := c.ps.SUnsubscribe(ctx, channel); err != nil {
 			// Perhaps never sent: do not wait for its confirmation.
@@ -397,13 +477,13 @@ func movedSlot(err error) (int, string, bool) {
 // relocate moves every channel of c in slot to the connection of the
 // primary that now serves it.
 func (h *Hub) relocate(c *conn, slot int) {
-	if h.slot == nil {
+	if h.slotFn == nil {
 		return
 	}
 	h.mu.Lock()
 	var moving []string
 	for ch, e := range h.chans {
-		if e.c == c && h.slot(ch) == slot {
+		if e.c == c && h.slotFn(ch) == slot {
 			moving = append(moving, ch)
 		}
 	}
