@@ -76,6 +76,9 @@ type conn struct {
 	started bool
 	retired bool // replaced: the reader stops
 	resync  bool // a write failed: the counts in sent cannot be trusted
+	// lastReload: when this connection's reader last asked for a new slot
+	// map (read and written by the reader only).
+	lastReload time.Time
 }
 
 type entry struct {
@@ -521,12 +524,17 @@ func (h *Hub) move(c *conn, channels []string, refused bool) {
 	if len(channels) == 0 {
 		return
 	}
-	if h.cluster != nil {
-		h.cluster.ReloadState(context.Background())
+	// Reload the slot map and give the reload a moment; this also keeps a
+	// refusal loop (our view still stale) from spinning. A slot that moves
+	// drops its channels one SUNSUBSCRIBE at a time: one reload serves the
+	// whole burst, and refusals always wait.
+	if refused || time.Since(c.lastReload) > 200*time.Millisecond {
+		if h.cluster != nil {
+			h.cluster.ReloadState(context.Background())
+		}
+		time.Sleep(50 * time.Millisecond)
+		c.lastReload = time.Now()
 	}
-	// Give the reload a moment, and keep a refusal loop (our view still
-	// stale) from spinning.
-	time.Sleep(50 * time.Millisecond)
 	for _, ch := range channels {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		key, err := h.shardKey(ctx, ch)
