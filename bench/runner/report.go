@@ -26,7 +26,7 @@ func (r *Results) Markdown(w io.Writer) {
 			"server time is Redis's own execution time per cycle (INFO commandstats usec of the command types the client sent: EVALSHA, and SET for redsync), "+
 			"over a separate 200 cycles (only on a server the runner started).\n\n", r.P.cycles)
 		p("| | median | p99 | allocs/cycle | round trips/cycle | server time/cycle |\n|---|---|---|---|---|---|\n")
-		for _, name := range []string{Floor1, Floor2, FloorPub} {
+		for _, name := range []string{Floor1, Floor2, FloorPub, FloorChain} {
 			if fr, ok := r.Floor[name]; ok {
 				p("| %s | %s | %s | %s | %s | %s |\n", name, fr.med.cell(fmtUs), fr.p99.cell(fmtUs), fr.allocs.cell(fmt1), fr.rtt.cell(fmt2), fr.server.cell(fmtUs))
 			}
@@ -182,8 +182,12 @@ func (r *Results) targets(w io.Writer) {
 			for _, name := range ours {
 				if cr, ok := r.Contention[name]; ok {
 					m := cr.medOther.Median()
-					add("Scenario 2, %s median handoff to another goroutine at most 3× (one round trip + one delivery = %s): %s (median %s, ratio %.2f to the floor, %.2f to 3×).",
+					line := fmt.Sprintf("Scenario 2, %s median handoff to another goroutine at most 3× (one round trip + one delivery = %s): %s (median %s, ratio %.2f to the floor, %.2f to 3×)",
 						name, fmtUs(floor), verdict(m <= 3*floor), fmtUs(m), m/floor, m/(3*floor))
+					if fc, ok := r.Floor[FloorChain]; ok {
+						line += fmt.Sprintf("; the measured handoff chain floor is %s, ratio %.2f", fmtUs(fc.med.Median()), m/fc.med.Median())
+					}
+					add("%s.", line)
 				}
 			}
 		}

@@ -24,6 +24,10 @@ const (
 	Floor1   = "floor: 1×EVALSHA `return 1`"
 	Floor2   = "floor: 2×EVALSHA in sequence"
 	FloorPub = "floor: PUBLISH→delivery"
+	// FloorChain is the least a pub/sub handoff can cost, measured as the
+	// locks' handoffs are: a script that publishes (the unlock), delivery
+	// to another goroutine, and its EVALSHA (the acquire).
+	FloorChain = "floor: handoff chain (EVALSHA+PUBLISH → delivery → EVALSHA)"
 )
 
 func mallocs() uint64 {
@@ -132,6 +136,73 @@ func (r *Results) runFloor(ctx context.Context, e *env, t *target) {
 	fr.allocs.add(math.NaN())
 	fr.rtt.add(math.NaN())
 	fr.server.add(math.NaN())
+	cancel()
+	if err := r.floorChain(ctx, e, t); err != nil {
+		r.fail(ScFloor, "handoff chain", err)
+	}
+}
+
+// floorChain measures FloorChain: goroutine A runs a script that publishes;
+// goroutine B, subscribed on its own connection, receives the message and
+// runs EVALSHA; the time is from just before A's call to just after B's
+// reply, on one monotonic clock.
+func (r *Results) floorChain(ctx context.Context, e *env, t *target) error {
+	n := r.P.floorN
+	pub := e.goredis()
+	defer pub.Close()
+	acq := e.goredis()
+	defer acq.Close()
+	sub := redis.NewClient(&redis.Options{Addr: t.addr})
+	defer sub.Close()
+	ch := "lockbench:chain:" + randomPrefix()
+	release := redis.NewScript("redis.call('publish', KEYS[1], ARGV[1]) return 1")
+	acquire := redis.NewScript("return 1")
+	if err := release.Run(ctx, pub, []string{ch + ":none"}, "0").Err(); err != nil {
+		return err
+	}
+	if err := acquire.Run(ctx, acq, nil).Err(); err != nil {
+		return err
+	}
+	ps := sub.Subscribe(ctx, ch)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		return err
+	}
+	got := make(chan time.Time, 1)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		for {
+			if _, err := ps.ReceiveMessage(rctx); err != nil {
+				return
+			}
+			if err := acquire.EvalSha(rctx, acq, nil).Err(); err != nil {
+				return
+			}
+			got <- time.Now()
+		}
+	}()
+	keys := []string{ch}
+	lat := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if err := release.EvalSha(ctx, pub, keys, "0").Err(); err != nil {
+			return err
+		}
+		select {
+		case t1 := <-got:
+			lat = append(lat, t1.Sub(t0))
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("no handoff: %w", errTimeout)
+		}
+	}
+	fr := row(r.Floor, FloorChain)
+	fr.med.add(durPercentile(lat, 50))
+	fr.p99.add(durPercentile(lat, 99))
+	fr.allocs.add(math.NaN())
+	fr.rtt.add(2)
+	fr.server.add(math.NaN())
+	return nil
 }
 
 // serverTime runs cycle k times and returns the server's execution time per
