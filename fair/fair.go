@@ -69,6 +69,7 @@ type options struct {
 	threadID int64
 	slot     time.Duration
 	slotSet  bool
+	engine   Engine
 }
 
 // WithThreadID fixes the thread part of the owner id. It must be positive.
@@ -99,7 +100,14 @@ func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidValue)
 	}
-	m, err := core.NewMutex(s, func(k lua.Keys) core.Engine { return engine{s: s, k: k} }, name, o.threadID)
+	if o.engine != Redisson && o.engine != Scalable {
+		return nil, fmt.Errorf("%w: engine %d", ErrInvalidValue, o.engine)
+	}
+	newEngine := func(k lua.Keys) core.Engine { return engine{s: s, k: k} }
+	if o.engine == Scalable {
+		newEngine = func(k lua.Keys) core.Engine { return scalableEngine{s: s, k: k, sc: lua.ScalableDefault} }
+	}
+	m, err := core.NewMutex(s, newEngine, name, o.threadID)
 	if err != nil {
 		return nil, err
 	}

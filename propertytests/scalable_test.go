@@ -1,0 +1,533 @@
+package propertytests
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"pgregory.net/rapid"
+
+	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/model"
+)
+
+// The scalable fair-lock engine (lua/scalable_*.lua) must behave exactly as
+// the Redisson-compatible one (lua/fair_*.lua), which the fair machine checks
+// against the model. scalableMachine runs every operation of the fair machine
+// on both engines, on two lock names of the same server, with the same
+// arguments, and after every step compares the replies, the messages
+// published (per waiter) and the whole state: the Redisson engine's keys
+// read by dump, the scalable engine's linked list mapped by dumpScalable to
+// the same model.Lock (queue order and absolute deadlines), both checked
+// with the model's invariants.
+
+type scHarness struct {
+	ctx    context.Context
+	rdb    *redis.Client
+	clock  serverClock
+	u, tol int64
+
+	faithful *lua.Scripts
+	scalable *lua.ScalableScripts
+	fk, sk   lua.Keys
+	fsub     *subscriber
+	ssub     *subscriber
+
+	f, s *model.Lock // each engine's state after the last step
+
+	server  int64
+	client  int64
+	skew    map[string]int64
+	grace   map[string]int64
+	lastReq map[string]string
+	nextReq int
+	slot    map[string]int64
+	c       *counts
+}
+
+func scalableMachine(b backend, scripts *lua.ScalableScripts, c *counts) func(*rapid.T) {
+	return func(t *rapid.T) {
+		rdb, name, clock := b.start(t)
+		h := &scHarness{
+			ctx: context.Background(), rdb: rdb, clock: clock, u: b.unit(), tol: b.tolerance(),
+			faithful: lua.Default, scalable: scripts,
+			fk: lua.KeysFor(name + ":fa"), sk: lua.KeysFor(name + ":sc"),
+			client: t0, skew: map[string]int64{}, grace: map[string]int64{},
+			lastReq: map[string]string{}, slot: map[string]int64{}, c: c,
+		}
+		h.f, h.s = model.New(h.fk.Name), model.New(h.sk.Name)
+		h.fsub = subscribe(t, rdb, h.f.Names())
+		h.ssub = subscribe(t, rdb, h.s.Names())
+		c.sequences++
+		for _, cl := range clients {
+			h.grace[cl] = rapid.SampledFrom([]int64{0, 0, 1, 2, 5}).Draw(t, "grace "+cl) * h.u
+		}
+		t.Repeat(weighted(h.check, []action{
+			{"join", 3, func(t *rapid.T) { h.tryLockWait(t, h.owner(t)) }},
+			{"headPolls", 2, h.actHeadPolls},
+			{"holderUnlocks", 2, func(t *rapid.T) { h.unlock(t, h.holderOr(t)) }},
+			{"acquireFailed", 2, h.actAcquireFailed},
+			{"advanceClient", 1, func(t *rapid.T) { h.client += h.dur(t, "d", 0, 10) }},
+			{"pollQueued", 1, func(t *rapid.T) { h.tryLockWait(t, h.queued(t)) }},
+			{"tryLock", 1, func(t *rapid.T) { h.tryLock(t, h.owner(t)) }},
+			{"reenter", 1, h.actReenter},
+			{"advanceServer", 1, func(t *rapid.T) { h.advance(t, h.dur(t, "d", 0, 10)) }},
+			{"expireLease", 1, h.actExpireLease},
+			{"forceUnlock", 1, h.actForceUnlock},
+			{"renew", 1, h.actRenew},
+			{"skewClient", 1, func(t *rapid.T) {
+				h.skew[rapid.SampledFrom(clients).Draw(t, "client")] = h.dur(t, "skew", -6, 6)
+			}},
+			{"persistLease", 1, h.actPersist},
+			{"reentrantForceUnlock", 1, h.actPlainForceUnlock},
+		}))
+	}
+}
+
+func (h *scHarness) dur(t *rapid.T, label string, lo, hi int64) int64 {
+	return rapid.Int64Range(lo, hi).Draw(t, label) * h.u
+}
+func (h *scHarness) owner(t *rapid.T) string     { return rapid.SampledFrom(owners).Draw(t, "owner") }
+func (h *scHarness) now(owner string) int64      { return h.client + h.skew[clientOf(owner)] }
+func (h *scHarness) lease(t *rapid.T) int64      { return h.dur(t, "lease", 1, 30) }
+func (h *scHarness) wait(t *rapid.T) int64       { return h.dur(t, "wait", 1, 40) }
+func (h *scHarness) within(want, got int64) bool { return within(h.tol, want, got) }
+
+func within(tol, want, got int64) bool {
+	if tol == 0 || want < 0 {
+		return want == got
+	}
+	return want-tol < got && got < want+tol
+}
+
+func (h *scHarness) queued(t *rapid.T) string {
+	if len(h.f.Queue) == 0 {
+		t.Skip("nobody queued")
+	}
+	return rapid.SampledFrom(h.f.Queue).Draw(t, "waiter")
+}
+
+func (h *scHarness) holderOr(t *rapid.T) string {
+	if hd := h.f.Holder(); hd != "" && rapid.IntRange(0, 3).Draw(t, "pick") > 0 {
+		return hd
+	}
+	return h.owner(t)
+}
+
+func (h *scHarness) args(owner string, lease, wait int64) lua.Args {
+	return lua.Args{Owner: owner, LeaseMs: lease, WaitMs: wait, NowMs: h.now(owner), GraceMs: h.grace[clientOf(owner)]}
+}
+
+func (h *scHarness) noErr(t *rapid.T, what string, errs ...error) {
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+}
+
+func (h *scHarness) tryLockWait(t *rapid.T, owner string) {
+	a := h.args(owner, h.lease(t), h.wait(t))
+	fok, fttl, ferr := h.faithful.FairTryLockWait(h.ctx, h.rdb, h.fk, a)
+	sok, sttl, serr := h.scalable.TryLockWait(h.ctx, h.rdb, h.sk, a)
+	h.noErr(t, "tryLockWait", ferr, serr)
+	if fok != sok || !fok && !h.within(fttl, sttl) {
+		t.Fatalf("tryLockWait by %s: Redisson engine (%v, %d), scalable (%v, %d)\nbefore: %v", owner, fok, fttl, sok, sttl, h.f)
+	}
+	if !fok && !slices.Contains(h.f.Queue, owner) {
+		h.slot[owner] = a.WaitMs
+	}
+	h.end(t, "tryLockWait "+owner)
+}
+
+func (h *scHarness) tryLock(t *rapid.T, owner string) {
+	a := h.args(owner, h.lease(t), h.wait(t))
+	fok, ferr := h.faithful.FairTryLock(h.ctx, h.rdb, h.fk, a)
+	sok, serr := h.scalable.TryLock(h.ctx, h.rdb, h.sk, a)
+	h.noErr(t, "tryLock", ferr, serr)
+	if fok != sok {
+		t.Fatalf("tryLock by %s: Redisson engine %v, scalable %v\nbefore: %v", owner, fok, sok, h.f)
+	}
+	h.end(t, "tryLock "+owner)
+}
+
+func (h *scHarness) actHeadPolls(t *rapid.T) {
+	if len(h.f.Queue) == 0 {
+		t.Skip("nobody queued")
+	}
+	if rapid.IntRange(0, 3).Draw(t, "no-wait") == 0 {
+		h.tryLock(t, h.f.Queue[0])
+	} else {
+		h.tryLockWait(t, h.f.Queue[0])
+	}
+}
+
+func (h *scHarness) actReenter(t *rapid.T) {
+	hd := h.f.Holder()
+	if hd == "" {
+		t.Skip("nobody holds the lock")
+	}
+	if rapid.Bool().Draw(t, "wait") {
+		h.tryLockWait(t, hd)
+	} else {
+		h.tryLock(t, hd)
+	}
+}
+
+func (h *scHarness) actAcquireFailed(t *rapid.T) {
+	owner := h.owner(t)
+	if len(h.f.Queue) > 0 && rapid.IntRange(0, 4).Draw(t, "queued") > 0 {
+		owner = h.queued(t)
+	}
+	wait, ok := h.slot[owner]
+	if !ok || rapid.IntRange(0, 5).Draw(t, "other slot") == 0 {
+		wait = h.wait(t)
+	}
+	a := lua.Args{Owner: owner, WaitMs: wait}
+	h.noErr(t, "acquireFailed", h.faithful.FairAcquireFailed(h.ctx, h.rdb, h.fk, a), h.scalable.AcquireFailed(h.ctx, h.rdb, h.sk, a))
+	h.end(t, "acquireFailed "+owner)
+}
+
+func (h *scHarness) unlock(t *rapid.T, owner string) {
+	a := h.args(owner, h.lease(t), 0)
+	a.LatchMs = h.dur(t, "latch", 1, 20)
+	if last, ok := h.lastReq[owner]; ok && rapid.IntRange(0, 4).Draw(t, "retry") == 0 {
+		a.RequestID = last
+	} else {
+		h.nextReq++
+		a.RequestID = "req" + strconv.Itoa(h.nextReq)
+		h.lastReq[owner] = a.RequestID
+	}
+	fr, ferr := h.faithful.FairUnlock(h.ctx, h.rdb, h.fk, a)
+	sr, serr := h.scalable.Unlock(h.ctx, h.rdb, h.sk, a)
+	h.noErr(t, "unlock", ferr, serr)
+	if fr != sr {
+		t.Fatalf("unlock by %s: Redisson engine %v, scalable %v", owner, fr, sr)
+	}
+	h.end(t, "unlock "+owner)
+}
+
+func (h *scHarness) actForceUnlock(t *rapid.T) {
+	c := rapid.SampledFrom(clients).Draw(t, "client")
+	a := lua.Args{NowMs: h.client + h.skew[c], GraceMs: h.grace[c]}
+	fr, ferr := h.faithful.FairForceUnlock(h.ctx, h.rdb, h.fk, a)
+	sr, serr := h.scalable.ForceUnlock(h.ctx, h.rdb, h.sk, a)
+	h.noErr(t, "forceUnlock", ferr, serr)
+	if fr != sr {
+		t.Fatalf("forceUnlock: Redisson engine %v, scalable %v", fr, sr)
+	}
+	h.end(t, "forceUnlock")
+}
+
+// actPlainForceUnlock runs the reentrant lock's forceUnlock on both hashes:
+// the lock goes, the queue stays and nobody is woken on a waiter channel.
+func (h *scHarness) actPlainForceUnlock(t *rapid.T) {
+	fr, ferr := lua.Default.ForceUnlock(h.ctx, h.rdb, h.fk, lua.Args{})
+	sr, serr := lua.Default.ForceUnlock(h.ctx, h.rdb, h.sk, lua.Args{})
+	h.noErr(t, "plain forceUnlock", ferr, serr)
+	if fr != sr {
+		t.Fatalf("plain forceUnlock: %v vs %v", fr, sr)
+	}
+	h.end(t, "plain forceUnlock")
+}
+
+func (h *scHarness) actRenew(t *rapid.T) {
+	o, lease := h.holderOr(t), h.lease(t)
+	fr, ferr := lua.Default.Renew(h.ctx, h.rdb, []string{h.fk.Name}, []string{o}, lease)
+	sr, serr := lua.Default.Renew(h.ctx, h.rdb, []string{h.sk.Name}, []string{o}, lease)
+	h.noErr(t, "renew", ferr, serr)
+	if !slices.Equal(fr, sr) {
+		t.Fatalf("renew: %v vs %v", fr, sr)
+	}
+	h.end(t, "renew")
+}
+
+func (h *scHarness) actPersist(t *rapid.T) {
+	fr, ferr := h.rdb.Persist(h.ctx, h.fk.Name).Result()
+	sr, serr := h.rdb.Persist(h.ctx, h.sk.Name).Result()
+	h.noErr(t, "persist", ferr, serr)
+	if fr != sr {
+		t.Fatalf("persist: %v vs %v", fr, sr)
+	}
+	h.end(t, "persist")
+}
+
+func (h *scHarness) advance(t *rapid.T, d int64) {
+	h.server += d
+	h.noErr(t, "fast-forward", h.clock(h.ctx, d))
+	h.end(t, "time")
+}
+
+// actExpireLease moves the server clock to the end of the lease (rounded up
+// to the backend's unit: on redis-server a little real time has passed).
+func (h *scHarness) actExpireLease(t *rapid.T) {
+	if !h.f.Locked() || h.f.LeaseEnd == model.NoExpiry {
+		t.Skip("no lease running")
+	}
+	d := h.f.LeaseEnd - h.server
+	h.advance(t, (d+h.u-1)/h.u*h.u)
+}
+
+// end reads both engines' state and messages and compares them.
+func (h *scHarness) end(t *rapid.T, what string) {
+	h.c.steps++
+	fpub, ferr := h.fsub.drain(h.ctx)
+	spub, serr := h.ssub.drain(h.ctx)
+	h.noErr(t, "pub/sub", ferr, serr)
+	f, ferr := dump(h.ctx, h.rdb, h.f.Names(), h.server)
+	s, serr := dumpScalable(h.ctx, h.rdb, h.sk, h.server)
+	h.noErr(t, "dump", ferr, serr)
+	if err := h.compare(f, s, fpub, spub); err != nil {
+		t.Fatalf("after %s: the engines differ: %v\nRedisson engine: %v\nscalable:        %v", what, err, f, s)
+	}
+	h.c.maxQueue = max(h.c.maxQueue, len(f.Queue))
+	h.c.notified += len(fpub)
+	h.f, h.s = f, s
+}
+
+func (h *scHarness) compare(f, s *model.Lock, fpub, spub []model.Message) error {
+	if !maps.Equal(f.Holds, s.Holds) {
+		return fmt.Errorf("hash %v vs %v", f.Holds, s.Holds)
+	}
+	if f.Locked() && ((f.LeaseEnd == model.NoExpiry) != (s.LeaseEnd == model.NoExpiry) || !h.within(f.LeaseEnd, s.LeaseEnd)) {
+		return fmt.Errorf("lease ends %d vs %d", f.LeaseEnd, s.LeaseEnd)
+	}
+	if !slices.Equal(f.Queue, s.Queue) {
+		return fmt.Errorf("queue %v vs %v", f.Queue, s.Queue)
+	}
+	if !maps.EqualFunc(f.Deadlines, s.Deadlines, h.within) {
+		return fmt.Errorf("deadlines %v vs %v", f.Deadlines, s.Deadlines)
+	}
+	if !maps.EqualFunc(f.Latches, s.Latches, func(a, b model.Latch) bool {
+		return a.Result == b.Result && h.within(a.ExpiresAt, b.ExpiresAt)
+	}) {
+		return fmt.Errorf("latches %v vs %v", f.Latches, s.Latches)
+	}
+	strip := func(ms []model.Message, prefix string) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, strings.TrimPrefix(m.Channel, prefix)+"="+m.Payload)
+		}
+		return out
+	}
+	if a, b := strip(fpub, h.fk.Channel), strip(spub, h.sk.Channel); !slices.Equal(a, b) {
+		return fmt.Errorf("published %v vs %v", a, b)
+	}
+	return nil
+}
+
+func (h *scHarness) check(t *rapid.T) {
+	if err := h.f.CheckInvariants(); err != nil {
+		t.Fatalf("Redisson engine: %v\n%v", err, h.f)
+	}
+	if err := h.s.CheckInvariants(); err != nil {
+		t.Fatalf("scalable: %v\n%v", err, h.s)
+	}
+}
+
+// dumpScalable reads the scalable engine's keys into a model.Lock: the
+// queue by walking the links from the head, and each waiter's absolute
+// deadline as the head's plus the deltas up to it. It fails on anything the
+// representation does not allow: broken links, a tail deadline that is not
+// the tail's, stray fields or keys, or Redisson queue keys.
+func dumpScalable(ctx context.Context, rdb *redis.Client, k lua.Keys, server int64) (*model.Lock, error) {
+	pipe := rdb.Pipeline()
+	all := pipe.Keys(ctx, "*"+k.Name+"*")
+	holds := pipe.HGetAll(ctx, k.Name)
+	pttl := pipe.PTTL(ctx, k.Name)
+	sq := pipe.HGetAll(ctx, k.ScalableQueue())
+	sqPTTL := pipe.PTTL(ctx, k.ScalableQueue())
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, err
+	}
+	l := model.New(k.Name)
+	for o, v := range holds.Val() {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("hold count of %s: %q", o, v)
+		}
+		l.Holds[o] = n
+	}
+	if len(l.Holds) > 0 {
+		l.LeaseEnd = model.NoExpiry
+		if p := pttl.Val(); p > 0 {
+			l.LeaseEnd = server + p.Milliseconds()
+		}
+	}
+	if sqPTTL.Val() > 0 {
+		return nil, fmt.Errorf("the scalable queue key expires")
+	}
+	f := sq.Val()
+	num := func(field string) (int64, error) {
+		v, ok := f[field]
+		if !ok {
+			return 0, fmt.Errorf("no field %s", field)
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || x != math.Trunc(x) {
+			return 0, fmt.Errorf("field %s = %q is not a whole number", field, v)
+		}
+		return int64(x), nil
+	}
+	if len(f) > 0 {
+		head, tail := f["h"], f["t"]
+		if head == "" || tail == "" {
+			return nil, fmt.Errorf("queue hash without head or tail: %v", f)
+		}
+		deadline, err := num("hd")
+		if err != nil {
+			return nil, err
+		}
+		prev := ""
+		for o := head; o != ""; o = f["n:"+o] {
+			if _, ok := f["n:"+o]; !ok {
+				return nil, fmt.Errorf("%s is linked but has no next field: %v", o, f)
+			}
+			if p, ok := f["p:"+o]; !ok || p != prev {
+				return nil, fmt.Errorf("%s's prev is %q, want %q", o, p, prev)
+			}
+			d, err := num("d:" + o)
+			if err != nil {
+				return nil, err
+			}
+			if prev == "" && d != 0 {
+				return nil, fmt.Errorf("head %s has delta %d", o, d)
+			}
+			deadline += d
+			if _, dup := l.Deadlines[o]; dup || len(l.Queue) > len(f) {
+				return nil, fmt.Errorf("the links loop at %s", o)
+			}
+			l.Queue = append(l.Queue, o)
+			l.Deadlines[o] = deadline
+			prev = o
+		}
+		if prev != tail {
+			return nil, fmt.Errorf("the walk ends at %s, the tail is %s", prev, tail)
+		}
+		td, err := num("td")
+		if err != nil {
+			return nil, err
+		}
+		if td != deadline {
+			return nil, fmt.Errorf("td is %d, the tail's deadline %d", td, deadline)
+		}
+		if want := 4 + 3*len(l.Queue); len(f) != want {
+			return nil, fmt.Errorf("%d fields for %d waiters: %v", len(f), len(l.Queue), f)
+		}
+	}
+	var latches []string
+	for _, key := range all.Val() {
+		switch {
+		case key == k.Name, key == k.ScalableQueue():
+		case strings.HasPrefix(key, l.Names().LatchPrefix()):
+			latches = append(latches, key)
+		default:
+			return nil, fmt.Errorf("unexpected key %s", key)
+		}
+	}
+	for _, key := range latches {
+		v, err := rdb.Get(ctx, key).Result()
+		if err != nil {
+			return nil, err
+		}
+		ttl, err := rdb.PTTL(ctx, key).Result()
+		if err != nil || ttl <= 0 {
+			return nil, fmt.Errorf("latch %s: ttl %v, %v", key, ttl, err)
+		}
+		r := model.Released
+		if v == "0" {
+			r = model.StillHeld
+		}
+		l.Latches[strings.TrimPrefix(key, l.Names().LatchPrefix())] = model.Latch{Result: r, ExpiresAt: server + ttl.Milliseconds()}
+	}
+	return l, nil
+}
+
+func TestScalableMiniredis(t *testing.T) { checkScalable(t, miniBackend{}) }
+
+func TestScalableRedisServer(t *testing.T) { checkScalable(t, newRealBackend(t)) }
+
+func checkScalable(t *testing.T, b backend) {
+	var c counts
+	rapid.Check(t, scalableMachine(b, lua.ScalableDefault, &c))
+	t.Logf("%v; %d notifications, longest queue %d", &c, c.notified, c.maxQueue)
+}
+
+func FuzzScalableMiniredis(f *testing.F) {
+	f.Fuzz(rapid.MakeFuzz(scalableMachine(miniBackend{}, lua.ScalableDefault, new(counts))))
+}
+
+// scalableBroken are deliberately wrong scalable scripts, each a plausible
+// slip in the relative representation; the machine must catch every one.
+var scalableBroken = []struct{ name, file, old, new string }{
+	{"acquire does not lower the remaining deadlines", "scalable_common.lua",
+		"sq_remove(sq, owner, wait)", "sq_remove(sq, owner, 0)"},
+	{"mid-queue removal drops the leaver's own gap", "scalable_common.lua",
+		"'d:' .. n, d + dn - drop", "'d:' .. n, dn - drop"},
+	{"tail removal keeps the old tail deadline", "scalable_common.lua",
+		"'td', td - d, ", "'td', td, "},
+	{"head clamp does not widen the successor's gap", "scalable_common.lua",
+		"redis.call('hincrby', sq, 'd:' .. n, deadline - lowered)", ""},
+	{"head removal forgets the drop", "scalable_common.lua",
+		"tonumber(m[1]) + tonumber(m[2]) - drop", "tonumber(m[1]) + tonumber(m[2])"},
+	{"every queued waiter gets the head's grace poll", "scalable_try_lock_wait.lua",
+		"and me[1] == me[2] then", "then"},
+	{"a leaving head wakes its successor while the lock is held", "scalable_acquire_failed.lua",
+		"removed and was_head and redis.call('exists', KEYS[2]) == 0", "removed and was_head"},
+}
+
+func TestScalableBrokenVariantsFail(t *testing.T) {
+	setFlag(t, "rapid.shrinktime", "500ms")
+	setFlag(t, "rapid.nofailfile", "true")
+	backends := []struct {
+		name string
+		b    func(t *testing.T) backend
+	}{
+		{"miniredis", func(*testing.T) backend { return miniBackend{} }},
+		{"redis-server", func(t *testing.T) backend { return newRealBackend(t) }},
+	}
+	for _, v := range scalableBroken {
+		t.Run(v.name, func(t *testing.T) {
+			// Common code is in every script's source; a script's own
+			// code only in its own.
+			probe := v.file
+			if v.file == "scalable_common.lua" {
+				probe = lua.FileScalableTryLock
+			}
+			if n := strings.Count(lua.ScalableSource(probe), v.old); n != 1 {
+				t.Fatalf("%q occurs %d times in %s", v.old, n, probe)
+			}
+			scripts := lua.EditScalable(func(file, src string) string {
+				if v.file != "scalable_common.lua" && file != v.file {
+					return src
+				}
+				return strings.Replace(src, v.old, v.new, 1)
+			})
+			for _, be := range backends {
+				t.Run(be.name, func(t *testing.T) {
+					b := be.b(t)
+					r := &recorder{name: t.Name()}
+					var c counts
+					func() {
+						defer func() {
+							if p := recover(); p != nil && p != errFailNow {
+								panic(p)
+							}
+						}()
+						rapid.Check(r, scalableMachine(b, scripts, &c))
+					}()
+					if !r.Failed() {
+						t.Fatalf("the machine did not catch %q in %d sequences, %d steps", v.name, c.sequences, c.steps)
+					}
+					t.Logf("caught (%d sequences run, shrinking included): %s", c.sequences, r.first())
+				})
+			}
+		})
+	}
+}
