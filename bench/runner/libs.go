@@ -18,14 +18,19 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
+	"github.com/fairlock-go/fairlock/lua"
 	"github.com/fairlock-go/fairlock/reentrant"
 )
 
 // A Lib is one lock library under test, configured as its README (or its
 // documented example) recommends for a single Redis.
 type Lib struct {
-	Name   string
-	Queue  bool   // waiters queue in Redis in arrival order
+	Name  string
+	Queue bool // waiters queue in Redis in arrival order
+	Fair  bool // this project's fair lock (an engine of it): runs the drain and the k-waiter handoffs
+	// queued reports how many waiters are queued on the lock called name
+	// (Queue libraries only).
+	queued func(ctx context.Context, admin *redis.Client, name string) (int64, error)
 	Wakeup string // how a waiter learns that the lock is free
 	Config string // the configuration used, for the report
 	open   func(e *env) (client, error)
@@ -144,9 +149,9 @@ func Libs() []Lib {
 		{Name: "fairlock/reentrant", Wakeup: "pub/sub, shared connection",
 			Config: "fairlock.NewClient(go-redis v9 client), reentrant.New; defaults (30 s watchdog lease)",
 			open:   openFairlock(false)},
-		{Name: "fairlock/fair", Queue: true, Wakeup: "pub/sub per waiter, shared connection",
-			Config: "fairlock.NewClient(go-redis v9 client), fair.New; defaults (30 s watchdog lease, 5 min wait slot)",
-			open:   openFairlock(true)},
+		{Name: "fairlock/fair", Queue: true, Fair: true, Wakeup: "pub/sub per waiter, shared connection",
+			Config: "fairlock.NewClient(go-redis v9 client), fair.New; defaults (Redisson engine, 30 s watchdog lease, 5 min wait slot)",
+			open:   openFairlock(true), queued: redissonQueued},
 		{Name: "redsync", Wakeup: "polling (random 50–250 ms)",
 			Config: "redsync.New(goredis.NewPool(go-redis v9 client)), NewMutex; defaults (8 s expiry, 32 tries, 50–250 ms retry delay); Lock retried on ErrFailed",
 			open:   openRedsync},
@@ -160,6 +165,11 @@ func Libs() []Lib {
 }
 
 // ---- fairlock (this project)
+
+// redissonQueued is the length of Redisson's fair-lock queue list.
+func redissonQueued(ctx context.Context, admin *redis.Client, name string) (int64, error) {
+	return admin.LLen(ctx, lua.KeysFor(name).Queue).Result()
+}
 
 type flClient struct {
 	rdb  *redis.Client

@@ -65,22 +65,22 @@ func (r *Results) Markdown(w io.Writer) {
 		p("\n")
 	}
 	if len(r.Drain) > 0 {
-		p("### Scenario 4: fair-queue drain (fairlock/fair only)\n\n")
-		p("n real waiters (a fair.Mutex and a goroutine each, over 4 clients) queue behind a holder (enqueue time: until LLEN of the queue is n); " +
+		p("### Scenario 4: fair-queue drain (this project's fair lock, each engine)\n\n")
+		p("n real waiters (a fair.Mutex and a goroutine each, over 4 clients) queue behind a holder (enqueue time: until the Redis queue holds n); " +
 			"then the holder unlocks and each waiter takes the lock and releases it at once. Drain: from the holder's Unlock to the last " +
 			"waiter's Unlock returning. Slowest script: the longest EVAL/EVALSHA during the drain, server-side from SLOWLOG at a 100 µs threshold " +
 			"(only on a server the runner started; at threshold 0 Redis 7 would also log every call inside a script and slow it down) and client-side (round trip, including waits for a pooled connection). Commands per waiter count every command the clients sent during the drain; " +
 			"Redis CPU per waiter is INFO cpu (user+sys) over the drain divided by n.\n\n")
-		p("| waiters | enqueue | drain | drain per waiter | Redis CPU per waiter | slowest script (server) | slowest script call (client) | commands per waiter | errors |\n|---|---|---|---|---|---|---|---|---|\n")
-		sizes := make([]int, 0, len(r.Drain))
-		for n := range r.Drain {
-			sizes = append(sizes, n)
-		}
-		slices.Sort(sizes)
-		for _, n := range sizes {
-			dr := r.Drain[n]
-			p("| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", n, dr.enqueue.cell(fmtSec), dr.drain.cell(fmtSec), dr.perHandoff.cell(fmtUs), dr.cpu.cell(fmtUs),
-				dr.slowServer.cell(fmtSlow), dr.slowClient.cell(fmtUs), dr.cmds.cell(fmt1), errCell(dr.errors, dr.firstErr))
+		p("| engine | waiters | enqueue | drain | drain per waiter | Redis CPU per waiter | slowest script (server) | slowest script call (client) | commands per waiter | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, l := range r.libs {
+			for _, n := range r.Cfg.Sizes {
+				dr, ok := r.Drain[sizeKey{l.Name, n}]
+				if !ok {
+					continue
+				}
+				p("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", l.Name, n, dr.enqueue.cell(fmtSec), dr.drain.cell(fmtSec), dr.perHandoff.cell(fmtUs), dr.cpu.cell(fmtUs),
+					dr.slowServer.cell(fmtSlow), dr.slowClient.cell(fmtUs), dr.cmds.cell(fmt1), errCell(dr.errors, dr.firstErr))
+			}
 		}
 		p("\n")
 	}
@@ -88,10 +88,14 @@ func (r *Results) Markdown(w io.Writer) {
 		p("### Scenario 4: fair-lock handoff latency with k waiters (issue 3)\n\n")
 		p("k+1 goroutines (over up to 4 clients) cycle Lock/Unlock on one fair lock, each queueing again at the tail after its release, so k "+
 			"waiters are queued at every release; %d grants per round. Latency as in scenario 2.\n\n", r.P.handoffN)
-		p("| waiters k | handoff median | handoff p99 | handoffs/s | self %% | exclusion violations | errors |\n|---|---|---|---|---|---|---|\n")
-		for _, k := range r.P.handoffK {
-			if hr, ok := r.FairHandoff[k]; ok {
-				p("| %d | %s | %s | %s | %s | %d | %s |\n", k, hr.med.cell(fmtUs), hr.p99.cell(fmtUs), hr.rate.cell(fmtInt), hr.selfPct.cell(fmtInt), hr.violations, errCell(hr.errors, hr.firstErr))
+		p("| engine | waiters k | handoff median | handoff p99 | handoffs/s | self %% | exclusion violations | errors |\n|---|---|---|---|---|---|---|---|\n")
+		for _, l := range r.libs {
+			for _, k := range r.P.handoffK {
+				hr, ok := r.FairHandoff[sizeKey{l.Name, k}]
+				if !ok {
+					continue
+				}
+				p("| %s | %d | %s | %s | %s | %s | %d | %s |\n", l.Name, k, hr.med.cell(fmtUs), hr.p99.cell(fmtUs), hr.rate.cell(fmtInt), hr.selfPct.cell(fmtInt), hr.violations, errCell(hr.errors, hr.firstErr))
 			}
 		}
 		p("\n")

@@ -88,8 +88,8 @@ type Results struct {
 	Uncontended map[string]*latRow
 	Contention  map[string]*contRow
 	Fairness    map[string]*fairRow
-	Drain       map[int]*drainRow
-	FairHandoff map[int]*contRow
+	Drain       map[sizeKey]*drainRow
+	FairHandoff map[sizeKey]*contRow
 	CPU         map[string]*cpuRow
 	Errors      []string
 	libs        []Lib
@@ -231,7 +231,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	r := &Results{Cfg: cfg, P: cfg.params(), Started: time.Now(),
 		Floor: map[string]*latRow{}, Uncontended: map[string]*latRow{}, Contention: map[string]*contRow{},
-		Fairness: map[string]*fairRow{}, Drain: map[int]*drainRow{}, FairHandoff: map[int]*contRow{}, CPU: map[string]*cpuRow{}}
+		Fairness: map[string]*fairRow{}, Drain: map[sizeKey]*drainRow{}, FairHandoff: map[sizeKey]*contRow{}, CPU: map[string]*cpuRow{}}
 	for _, l := range Libs() {
 		if len(cfg.Libs) == 0 || slices.Contains(cfg.Libs, l.Name) {
 			r.libs = append(r.libs, l)

@@ -13,10 +13,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/fairlock-go/fairlock"
-	"github.com/fairlock-go/fairlock/fair"
-	"github.com/fairlock-go/fairlock/lua"
 )
 
 // Floor row names.
@@ -411,7 +407,6 @@ func (r *Results) fairnessOne(ctx context.Context, e *env, t *target, lib Lib, r
 	var viol atomic.Int64
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
-	queue := lua.KeysFor(e.prefix + name).Queue
 	if lib.Queue {
 		arrival = "each starts after the previous is in the Redis queue"
 	} else {
@@ -440,7 +435,7 @@ func (r *Results) fairnessOne(ctx context.Context, e *env, t *target, lib Lib, r
 		}()
 		if lib.Queue {
 			for {
-				l, err := t.admin.LLen(ctx, queue).Result()
+				l, err := lib.queued(ctx, t.admin, e.prefix+name)
 				if err != nil {
 					return 0, arrival, 0, err
 				}
@@ -468,58 +463,59 @@ func (r *Results) fairnessOne(ctx context.Context, e *env, t *target, lib Lib, r
 // this are not seen, and the table says "< 100 µs".
 const slowThresholdUs = 100
 
-// runDrain is scenario 4 (this project's fair lock only): n real waiters
-// (fair.Mutex handles, one goroutine each, spread over 4 clients) queue
-// behind a holder, then the holder releases and each waiter takes the lock
-// and releases it at once, in queue order.
+// runDrain is scenario 4 (this project's fair lock only, each engine): n
+// real waiters (a fair.Mutex handle and a goroutine each, spread over 4
+// clients) queue behind a holder, then the holder releases and each waiter
+// takes the lock and releases it at once, in queue order.
 func (r *Results) runDrain(ctx context.Context, e *env, t *target, round int) {
-	if _, ok := r.lib("fairlock/fair"); !ok {
-		return
-	}
-	for _, n := range r.Cfg.Sizes {
-		dr := row(r.Drain, n)
-		if err := r.drainOne(ctx, e, t, n, round, dr); err != nil {
-			dr.errors++
-			if dr.firstErr == "" {
-				dr.firstErr = err.Error()
+	for _, lib := range r.libs {
+		if !lib.Fair {
+			continue
+		}
+		for _, n := range r.Cfg.Sizes {
+			dr := row(r.Drain, sizeKey{lib.Name, n})
+			if err := r.drainOne(ctx, e, t, lib, n, round, dr); err != nil {
+				dr.errors++
+				if dr.firstErr == "" {
+					dr.firstErr = err.Error()
+				}
+				r.fail(ScDrain, lib.Name+" n="+strconv.Itoa(n), err)
 			}
-			r.fail(ScDrain, "fairlock/fair n="+strconv.Itoa(n), err)
 		}
 	}
 }
 
-func (r *Results) drainOne(ctx context.Context, e *env, t *target, n, round int, dr *drainRow) error {
+// sizeKey names a row of the per-engine tables: an engine and a size.
+type sizeKey struct {
+	lib string
+	n   int
+}
+
+func (r *Results) drainOne(ctx context.Context, e *env, t *target, lib Lib, n, round int, dr *drainRow) error {
 	const nClients = 4
 	ctx, cancel := context.WithTimeout(ctx, r.P.drainTimeout)
 	defer cancel()
-	var clients []*fairlock.Client
-	var rdbs []*redis.Client
+	clients := make([]client, 0, nClients)
 	defer func() {
 		for _, c := range clients {
-			_ = c.Close()
-		}
-		for _, c := range rdbs {
-			_ = c.Close()
+			c.close()
 		}
 	}()
 	for range nClients {
-		rdb := e.goredis()
-		rdbs = append(rdbs, rdb)
-		c, err := fairlock.NewClient(rdb)
+		c, err := lib.open(e)
 		if err != nil {
 			return err
 		}
 		clients = append(clients, c)
 	}
-	name := e.prefix + "drain:" + strconv.Itoa(n) + ":" + strconv.Itoa(round)
-	holder, err := fair.New(clients[0], name)
+	name := "drain:" + strconv.Itoa(n) + ":" + strconv.Itoa(round)
+	holder, err := clients[0].mutex(name)
 	if err != nil {
 		return err
 	}
-	if err := holder.Lock(ctx); err != nil {
+	if err := holder.lock(ctx); err != nil {
 		return err
 	}
-	queue := lua.KeysFor(name).Queue
 	var wg sync.WaitGroup
 	var done atomic.Int64
 	var lastEnd atomic.Int64
@@ -527,18 +523,18 @@ func (r *Results) drainOne(ctx context.Context, e *env, t *target, n, round int,
 	base := time.Now()
 	t0 := time.Now()
 	for i := range n {
-		m, err := fair.New(clients[i%nClients], name)
+		m, err := clients[i%nClients].mutex(name)
 		if err != nil {
 			return err
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := m.Lock(ctx); err != nil {
+			if err := m.lock(ctx); err != nil {
 				errs <- err
 				return
 			}
-			err := m.Unlock(context.WithoutCancel(ctx))
+			err := m.unlock(context.WithoutCancel(ctx))
 			lastEnd.Store(int64(time.Since(base)))
 			done.Add(1)
 			if err != nil {
@@ -547,7 +543,7 @@ func (r *Results) drainOne(ctx context.Context, e *env, t *target, n, round int,
 		}()
 	}
 	for {
-		l, err := t.admin.LLen(ctx, queue).Result()
+		l, err := lib.queued(ctx, t.admin, e.prefix+name)
 		if err != nil {
 			return err
 		}
@@ -644,7 +640,7 @@ func (r *Results) drainOne(ctx context.Context, e *env, t *target, n, round int,
 	defer e.cmds.timeScript.Store(false)
 	c0 := e.cmds.n.Load()
 	start := int64(time.Since(base))
-	if err := holder.Unlock(ctx); err != nil {
+	if err := holder.unlock(ctx); err != nil {
 		return err
 	}
 	wg.Wait()
@@ -679,21 +675,22 @@ func (r *Results) drainOne(ctx context.Context, e *env, t *target, n, round int,
 // queued at each release: k+1 goroutines cycle Lock/Unlock, each queueing
 // again at the tail after its release (issue 3's figure).
 func (r *Results) runFairHandoff(ctx context.Context, e *env) {
-	lib, ok := r.lib("fairlock/fair")
-	if !ok {
-		return
-	}
-	for _, k := range r.P.handoffK {
-		hr := row(r.FairHandoff, k)
-		res, err := contend(ctx, e, lib, contendSpec{lock: "handoff:" + strconv.Itoa(k), goroutines: k + 1,
-			clients: min(4, k+1), grants: r.P.handoffN, limit: 60 * time.Second}, nil)
-		if err != nil {
-			r.fail(ScFairHandoff, fmt.Sprintf("fairlock/fair k=%d", k), err)
+	for _, lib := range r.libs {
+		if !lib.Fair {
 			continue
 		}
-		hr.add(res)
-		if res.firstErr != nil {
-			r.fail(ScFairHandoff, fmt.Sprintf("fairlock/fair k=%d", k), res.firstErr)
+		for _, k := range r.P.handoffK {
+			hr := row(r.FairHandoff, sizeKey{lib.Name, k})
+			res, err := contend(ctx, e, lib, contendSpec{lock: "handoff:" + strconv.Itoa(k), goroutines: k + 1,
+				clients: min(4, k+1), grants: r.P.handoffN, limit: 60 * time.Second}, nil)
+			if err != nil {
+				r.fail(ScFairHandoff, fmt.Sprintf("%s k=%d", lib.Name, k), err)
+				continue
+			}
+			hr.add(res)
+			if res.firstErr != nil {
+				r.fail(ScFairHandoff, fmt.Sprintf("%s k=%d", lib.Name, k), res.firstErr)
+			}
 		}
 	}
 }
@@ -800,9 +797,8 @@ func (r *Results) cpuOne(ctx context.Context, e *env, t *target, lib Lib, round 
 	}
 	// Let every waiter make its first attempt and settle into waiting.
 	if lib.Queue {
-		queue := lua.KeysFor(e.prefix + name).Queue
 		for {
-			l, err := t.admin.LLen(ctx, queue).Result()
+			l, err := lib.queued(ctx, t.admin, e.prefix+name)
 			if err != nil {
 				return err
 			}
