@@ -152,6 +152,9 @@ func Libs() []Lib {
 		{Name: "fairlock/fair", Queue: true, Fair: true, Wakeup: "pub/sub per waiter, shared connection",
 			Config: "fairlock.NewClient(go-redis v9 client), fair.New; defaults (Redisson engine, 30 s watchdog lease, 5 min wait slot)",
 			open:   openFairlock(true), queued: redissonQueued},
+		{Name: "fairlock/fair-scalable", Queue: true, Fair: true, Wakeup: "pub/sub per waiter, shared connection",
+			Config: "as fairlock/fair with fair.WithEngine(fair.Scalable): O(1) scripts per step, not Redisson-compatible",
+			open:   openFairlockEngine(fair.Scalable), queued: scalableQueued},
 		{Name: "redsync", Wakeup: "polling (random 50–250 ms)",
 			Config: "redsync.New(goredis.NewPool(go-redis v9 client)), NewMutex; defaults (8 s expiry, 32 tries, 50–250 ms retry delay); Lock retried on ErrFailed",
 			open:   openRedsync},
@@ -175,6 +178,7 @@ type flClient struct {
 	rdb  *redis.Client
 	c    *fairlock.Client
 	fair bool
+	opts []fair.Option
 	e    *env
 }
 
@@ -190,9 +194,30 @@ func openFairlock(isFair bool) func(e *env) (client, error) {
 	}
 }
 
+func openFairlockEngine(engine fair.Engine) func(e *env) (client, error) {
+	return func(e *env) (client, error) {
+		c, err := openFairlock(true)(e)
+		if err != nil {
+			return nil, err
+		}
+		c.(*flClient).opts = []fair.Option{fair.WithEngine(engine)}
+		return c, nil
+	}
+}
+
+// scalableQueued counts the waiters of the scalable engine's queue hash:
+// four fields (h, t, hd, td) plus three per waiter (n:, p:, d:).
+func scalableQueued(ctx context.Context, admin *redis.Client, name string) (int64, error) {
+	n, err := admin.HLen(ctx, lua.KeysFor(name).ScalableQueue()).Result()
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	return (n - 4) / 3, nil
+}
+
 func (c *flClient) mutex(name string) (mutex, error) {
 	if c.fair {
-		m, err := fair.New(c.c, c.e.prefix+name)
+		m, err := fair.New(c.c, c.e.prefix+name, c.opts...)
 		if err != nil {
 			return nil, err
 		}

@@ -150,7 +150,7 @@ func (r *Results) targets(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	var lines []string
 	add := func(format string, a ...any) { lines = append(lines, fmt.Sprintf(format, a...)) }
-	ours := []string{"fairlock/reentrant", "fairlock/fair"}
+	ours := []string{"fairlock/reentrant", "fairlock/fair", "fairlock/fair-scalable"}
 	isOurs := func(n string) bool { return slices.Contains(ours, n) }
 
 	if f2, ok := r.Floor[Floor2]; ok {
@@ -196,10 +196,12 @@ func (r *Results) targets(w io.Writer) {
 			}
 		}
 	}
-	if fr, ok := r.Fairness["fairlock/fair"]; ok {
-		med, _, hi, ok := fr.inv.stats()
-		if ok {
-			add("Scenario 3, zero inversions for the fair lock: %s (median %.0f, worst round %.0f, over %d rounds).", verdict(hi == 0 && fr.errors == 0), med, hi, len(fr.inv.vals))
+	for _, name := range []string{"fairlock/fair", "fairlock/fair-scalable"} {
+		if fr, ok := r.Fairness[name]; ok {
+			med, _, hi, ok := fr.inv.stats()
+			if ok {
+				add("Scenario 3, zero inversions for %s: %s (median %.0f, worst round %.0f, over %d rounds).", name, verdict(hi == 0 && fr.errors == 0), med, hi, len(fr.inv.vals))
+			}
 		}
 	}
 	var polling []string
