@@ -111,6 +111,16 @@ func BenchmarkFairLockUnlock(b *testing.B) {
 	cycle(b, rt, m.Lock, m.Unlock)
 }
 
+// BenchmarkFairScalableLockUnlock is the fair lock on its scalable engine.
+func BenchmarkFairScalableLockUnlock(b *testing.B) {
+	rdb, rt := client(b)
+	m, err := fair.New(newFairlock(b, rdb), redistest.Prefix(b)+"lock", fair.WithEngine(fair.Scalable))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cycle(b, rt, m.Lock, m.Unlock)
+}
+
 // BenchmarkFloorEvalSha is one round trip of a trivial script.
 func BenchmarkFloorEvalSha(b *testing.B) {
 	rdb, rt := client(b)
