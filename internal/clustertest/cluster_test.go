@@ -30,7 +30,7 @@ func TestKeysOfALockShareASlot(t *testing.T) {
 	for _, name := range names {
 		k := lua.KeysFor(name)
 		want := core.Slot(name)
-		for _, key := range []string{k.Name, k.Channel, k.Queue, k.Timeouts, k.Latch(core.RequestID()), k.WaiterChannel(owner)} {
+		for _, key := range []string{k.Name, k.Channel, k.Queue, k.Timeouts, k.Latch(core.RequestID()), k.WaiterChannel(owner), k.ScalableQueue()} {
 			if got := core.Slot(key); got != want {
 				t.Errorf("%q: key %q in slot %d, lock in %d", name, key, got, want)
 			}
