@@ -133,12 +133,15 @@ func (w *Watchdog) tick() {
 	}
 	w.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(context.Background(), w.period)
-	defer cancel()
+	// Each call gets its own deadline: one shared by every call of the
+	// tick would make the last slots' calls time out when there are many
+	// slots, and their live locks would be reported lost.
 	for _, g := range groups {
 		for len(g) > 0 {
 			n := min(len(g), w.batch)
+			ctx, cancel := context.WithTimeout(context.Background(), w.period)
 			w.renewBatch(ctx, g[:n])
+			cancel()
 			g = g[n:]
 		}
 	}
