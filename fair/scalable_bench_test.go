@@ -32,6 +32,8 @@ import (
 //	max-call-µs    the slowest single script call (SLOWLOG)
 //	p99.9-call-µs  its 99.9th percentile (10 means "at most 10")
 //	calls          script calls measured
+//	cmds/<op>      Redis commands the scripts ran per operation: the work,
+//	               free of the machine's noise
 //
 // drain/n=10000 drains a queue of 10,000; handoff/n=N keeps the queue at N
 // (a fresh waiter joins after each measured handoff, unmeasured); giveup
@@ -70,20 +72,44 @@ type probe struct {
 	rdb    *redis.Client
 	usec   int64
 	calls  int64
+	inner  int64
 	n      int64           // script calls in all windows
+	cmds   int64           // commands the scripts ran, in all windows
 	logged []time.Duration // the calls SLOWLOG saw, in all windows
 	max    time.Duration
 }
 
 const slowlogMicros = 10
 
-func (p *probe) evalUsec(b *testing.B) (usec, calls int64) {
+// evalUsec reads commandstats: the time and number of script calls, and the
+// number of other data commands, which (no other client writes to this
+// server) are the commands the scripts ran.
+func (p *probe) evalUsec(b *testing.B) (usec, calls, inner int64) {
 	info, err := p.rdb.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
+		name, stats, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
+		if !ok || !strings.HasPrefix(line, "cmdstat_") {
+			continue
+		}
+		script := name == "evalsha" || name == "eval"
+		switch {
+		case script:
+		case name == "info", strings.HasPrefix(name, "slowlog"), name == "config", strings.HasPrefix(name, "config|"),
+			name == "flushdb", name == "ping", name == "hello", strings.HasPrefix(name, "client"), strings.HasPrefix(name, "script"):
+			continue
+		default:
+			for _, f := range strings.Split(strings.TrimSpace(stats), ",") {
+				if v, ok := strings.CutPrefix(f, "calls="); ok {
+					n, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						b.Fatal(err)
+					}
+					inner += n
+				}
+			}
 			continue
 		}
 		for _, f := range strings.Split(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
@@ -100,7 +126,7 @@ func (p *probe) evalUsec(b *testing.B) (usec, calls int64) {
 			}
 		}
 	}
-	return usec, calls
+	return usec, calls, inner
 }
 
 // p999 is the 99.9th percentile of the calls' times; a value under
@@ -119,15 +145,16 @@ func (p *probe) begin(b *testing.B) {
 	if err := p.rdb.Do(context.Background(), "slowlog", "reset").Err(); err != nil {
 		b.Fatal(err)
 	}
-	p.usec, p.calls = p.evalUsec(b)
+	p.usec, p.calls, p.inner = p.evalUsec(b)
 }
 
 // end closes the window: it adds the window's slowest call to max and
 // returns the Redis time spent in scripts during it.
 func (p *probe) end(b *testing.B) time.Duration {
-	usec, calls := p.evalUsec(b)
+	usec, calls, inner := p.evalUsec(b)
 	d := time.Duration(usec-p.usec) * time.Microsecond
 	p.n += calls - p.calls
+	p.cmds += inner - p.inner
 	entries, err := p.rdb.SlowLogGet(context.Background(), -1).Result()
 	if err != nil {
 		b.Fatal(err)
@@ -221,6 +248,7 @@ func BenchmarkFairEngines(b *testing.B) {
 		b.ReportMetric(float64(p.max.Microseconds()), "max-call-µs")
 		b.ReportMetric(float64(p.p999().Microseconds()), "p99.9-call-µs")
 		b.ReportMetric(float64(p.n), "calls")
+		b.ReportMetric(float64(p.cmds)/float64(n), "cmds/"+unit)
 	}
 
 	for _, e := range benchEngines() {
