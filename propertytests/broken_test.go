@@ -88,7 +88,7 @@ func (v brokenVariant) scripts(t *testing.T) *lua.Scripts {
 func TestBrokenVariantsFail(t *testing.T) {
 	// Shrinking is not what this test is about, and no fail file should be
 	// written for an expected failure.
-	setFlag(t, "rapid.shrinktime", "500ms")
+	setFlag(t, "rapid.shrinktime", "200ms")
 	setFlag(t, "rapid.nofailfile", "true")
 	backends := []struct {
 		name string

@@ -33,7 +33,7 @@ func TestGhostWaiterIsPruned(t *testing.T) {
 
 // Redisson's prune, which stops at a head without a deadline, fails it.
 func TestGhostWaiterBlocksRedissonsPrune(t *testing.T) {
-	setFlag(t, "rapid.shrinktime", "500ms")
+	setFlag(t, "rapid.shrinktime", "200ms")
 	setFlag(t, "rapid.nofailfile", "true")
 	v := brokenVariant{
 		name: "Redisson's prune (stops at a ghost head)", file: lua.FileFairUnlock,
