@@ -18,14 +18,14 @@ import (
 )
 
 // The scalable fair-lock engine (lua/scalable_*.lua) must behave exactly as
-// the Redisson-compatible one (lua/fair_*.lua), which the fair machine checks
-// against the model. scalableMachine runs every operation of the fair machine
-// on both engines, on two lock names of the same server, with the same
-// arguments, and after every step compares the replies, the messages
-// published (per waiter) and the whole state: the Redisson engine's keys
-// read by dump, the scalable engine's linked list mapped by dumpScalable to
-// the same model.Lock (queue order and absolute deadlines), both checked
-// with the model's invariants.
+// the Redisson-compatible one (lua/fair_*.lua) and as the model.
+// scalableMachine runs the fair machine's operations on the model and on
+// both engines (two lock names on the same server, the same arguments), and
+// after every step compares the replies, the messages published (per waiter)
+// and the whole state: the Redisson engine's keys as read by dump, the
+// scalable engine's linked list mapped by dumpScalable to a model.Lock (queue
+// order and absolute deadlines), and the model; all three are checked with
+// the model's invariants.
 
 type scHarness struct {
 	ctx    context.Context
@@ -40,6 +40,8 @@ type scHarness struct {
 	ssub     *subscriber
 
 	f, s *model.Lock // each engine's state after the last step
+	m    *model.Lock // the model, named as the scalable lock
+	mPub int         // messages of the model already compared
 
 	server  int64
 	client  int64
@@ -61,7 +63,7 @@ func scalableMachine(b backend, scripts *lua.ScalableScripts, c *counts) func(*r
 			client: t0, skew: map[string]int64{}, grace: map[string]int64{},
 			lastReq: map[string]string{}, slot: map[string]int64{}, c: c,
 		}
-		h.f, h.s = model.New(h.fk.Name), model.New(h.sk.Name)
+		h.f, h.s, h.m = model.New(h.fk.Name), model.New(h.sk.Name), model.New(h.sk.Name)
 		h.fsub = subscribe(t, rdb, h.f.Names())
 		h.ssub = subscribe(t, rdb, h.s.Names())
 		c.sequences++
@@ -137,6 +139,9 @@ func (h *scHarness) tryLockWait(t *rapid.T, owner string) {
 	fok, fttl, ferr := h.faithful.FairTryLockWait(h.ctx, h.rdb, h.fk, a)
 	sok, sttl, serr := h.scalable.TryLockWait(h.ctx, h.rdb, h.sk, a)
 	h.noErr(t, "tryLockWait", ferr, serr)
+	if mok, mttl := h.m.FairTryLockWait(h.server, a.NowMs, owner, a.LeaseMs, a.WaitMs, a.GraceMs); mok != sok || !mok && !h.within(mttl, sttl) {
+		t.Fatalf("tryLockWait by %s: model (%v, %d), scalable (%v, %d)\nbefore: %v", owner, mok, mttl, sok, sttl, h.s)
+	}
 	if fok != sok || !fok && !h.within(fttl, sttl) {
 		t.Fatalf("tryLockWait by %s: Redisson engine (%v, %d), scalable (%v, %d)\nbefore: %v", owner, fok, fttl, sok, sttl, h.f)
 	}
@@ -151,6 +156,9 @@ func (h *scHarness) tryLock(t *rapid.T, owner string) {
 	fok, ferr := h.faithful.FairTryLock(h.ctx, h.rdb, h.fk, a)
 	sok, serr := h.scalable.TryLock(h.ctx, h.rdb, h.sk, a)
 	h.noErr(t, "tryLock", ferr, serr)
+	if mok := h.m.FairTryLock(h.server, a.NowMs, owner, a.LeaseMs, a.WaitMs); mok != sok {
+		t.Fatalf("tryLock by %s: model %v, scalable %v\nbefore: %v", owner, mok, sok, h.s)
+	}
 	if fok != sok {
 		t.Fatalf("tryLock by %s: Redisson engine %v, scalable %v\nbefore: %v", owner, fok, sok, h.f)
 	}
@@ -190,6 +198,7 @@ func (h *scHarness) actAcquireFailed(t *rapid.T) {
 		wait = h.wait(t)
 	}
 	a := lua.Args{Owner: owner, WaitMs: wait}
+	h.m.FairAcquireFailed(h.server, owner, wait)
 	h.noErr(t, "acquireFailed", h.faithful.FairAcquireFailed(h.ctx, h.rdb, h.fk, a), h.scalable.AcquireFailed(h.ctx, h.rdb, h.sk, a))
 	h.end(t, "acquireFailed "+owner)
 }
@@ -207,6 +216,9 @@ func (h *scHarness) unlock(t *rapid.T, owner string) {
 	fr, ferr := h.faithful.FairUnlock(h.ctx, h.rdb, h.fk, a)
 	sr, serr := h.scalable.Unlock(h.ctx, h.rdb, h.sk, a)
 	h.noErr(t, "unlock", ferr, serr)
+	if mr := h.m.FairUnlock(h.server, a.NowMs, owner, a.LeaseMs, a.RequestID, a.LatchMs, a.GraceMs); int(mr) != int(sr) {
+		t.Fatalf("unlock by %s: model %v, scalable %v", owner, mr, sr)
+	}
 	if fr != sr {
 		t.Fatalf("unlock by %s: Redisson engine %v, scalable %v", owner, fr, sr)
 	}
@@ -219,6 +231,9 @@ func (h *scHarness) actForceUnlock(t *rapid.T) {
 	fr, ferr := h.faithful.FairForceUnlock(h.ctx, h.rdb, h.fk, a)
 	sr, serr := h.scalable.ForceUnlock(h.ctx, h.rdb, h.sk, a)
 	h.noErr(t, "forceUnlock", ferr, serr)
+	if mr := h.m.FairForceUnlock(h.server, a.NowMs, a.GraceMs); mr != sr {
+		t.Fatalf("forceUnlock: model %v, scalable %v", mr, sr)
+	}
 	if fr != sr {
 		t.Fatalf("forceUnlock: Redisson engine %v, scalable %v", fr, sr)
 	}
@@ -231,6 +246,9 @@ func (h *scHarness) actPlainForceUnlock(t *rapid.T) {
 	fr, ferr := lua.Default.ForceUnlock(h.ctx, h.rdb, h.fk, lua.Args{})
 	sr, serr := lua.Default.ForceUnlock(h.ctx, h.rdb, h.sk, lua.Args{})
 	h.noErr(t, "plain forceUnlock", ferr, serr)
+	if mr := h.m.ForceUnlock(h.server); mr != sr {
+		t.Fatalf("plain forceUnlock: model %v, scalable %v", mr, sr)
+	}
 	if fr != sr {
 		t.Fatalf("plain forceUnlock: %v vs %v", fr, sr)
 	}
@@ -242,6 +260,9 @@ func (h *scHarness) actRenew(t *rapid.T) {
 	fr, ferr := lua.Default.Renew(h.ctx, h.rdb, []string{h.fk.Name}, []string{o}, lease)
 	sr, serr := lua.Default.Renew(h.ctx, h.rdb, []string{h.sk.Name}, []string{o}, lease)
 	h.noErr(t, "renew", ferr, serr)
+	if mr := h.m.Renew(h.server, o, lease); mr != sr[0] {
+		t.Fatalf("renew: model %v, scalable %v", mr, sr[0])
+	}
 	if !slices.Equal(fr, sr) {
 		t.Fatalf("renew: %v vs %v", fr, sr)
 	}
@@ -252,6 +273,9 @@ func (h *scHarness) actPersist(t *rapid.T) {
 	fr, ferr := h.rdb.Persist(h.ctx, h.fk.Name).Result()
 	sr, serr := h.rdb.Persist(h.ctx, h.sk.Name).Result()
 	h.noErr(t, "persist", ferr, serr)
+	if mr := h.m.Persist(h.server); mr != sr {
+		t.Fatalf("persist: model %v, scalable %v", mr, sr)
+	}
 	if fr != sr {
 		t.Fatalf("persist: %v vs %v", fr, sr)
 	}
@@ -285,6 +309,10 @@ func (h *scHarness) end(t *rapid.T, what string) {
 	h.noErr(t, "dump", ferr, serr)
 	if err := h.compare(f, s, fpub, spub); err != nil {
 		t.Fatalf("after %s: the engines differ: %v\nRedisson engine: %v\nscalable:        %v", what, err, f, s)
+	}
+	h.m.Advance(h.server)
+	if err := h.compareModel(s, spub); err != nil {
+		t.Fatalf("after %s: the scalable engine differs from the model: %v\nmodel:    %v\nscalable: %v", what, err, h.m, s)
 	}
 	h.c.maxQueue = max(h.c.maxQueue, len(f.Queue))
 	h.c.notified += len(fpub)
@@ -322,7 +350,39 @@ func (h *scHarness) compare(f, s *model.Lock, fpub, spub []model.Message) error 
 	return nil
 }
 
+// compareModel compares the scalable engine's state, mapped to a
+// model.Lock, and its messages with the model's.
+func (h *scHarness) compareModel(s *model.Lock, spub []model.Message) error {
+	m := h.m
+	if !maps.Equal(m.Holds, s.Holds) {
+		return fmt.Errorf("hash %v, model %v", s.Holds, m.Holds)
+	}
+	if m.Locked() && ((m.LeaseEnd == model.NoExpiry) != (s.LeaseEnd == model.NoExpiry) || !h.within(m.LeaseEnd, s.LeaseEnd)) {
+		return fmt.Errorf("lease ends %d, model %d", s.LeaseEnd, m.LeaseEnd)
+	}
+	if !slices.Equal(m.Queue, s.Queue) {
+		return fmt.Errorf("queue %v, model %v", s.Queue, m.Queue)
+	}
+	if !maps.EqualFunc(m.Deadlines, s.Deadlines, h.within) {
+		return fmt.Errorf("deadlines %v, model %v", s.Deadlines, m.Deadlines)
+	}
+	if !maps.EqualFunc(m.Latches, s.Latches, func(a, b model.Latch) bool {
+		return a.Result == b.Result && h.within(a.ExpiresAt, b.ExpiresAt)
+	}) {
+		return fmt.Errorf("latches %v, model %v", s.Latches, m.Latches)
+	}
+	want := m.Published[h.mPub:]
+	h.mPub = len(m.Published)
+	if !slices.Equal(want, spub) {
+		return fmt.Errorf("published %v, model %v", spub, want)
+	}
+	return nil
+}
+
 func (h *scHarness) check(t *rapid.T) {
+	if err := h.m.CheckInvariants(); err != nil {
+		t.Fatalf("model: %v\n%v", err, h.m)
+	}
 	if err := h.f.CheckInvariants(); err != nil {
 		t.Fatalf("Redisson engine: %v\n%v", err, h.f)
 	}
