@@ -306,7 +306,7 @@ func BenchmarkFairEngines(b *testing.B) {
 	for _, n := range []int{100, big} {
 		for _, e := range benchEngines() {
 			b.Run(fmt.Sprintf("handoff/n=%d/%s", n, e.name), func(b *testing.B) {
-				const rounds = 200
+				const rounds = 1000
 				for b.Loop() {
 					b.StopTimer()
 					q, queue := setupQueue(b, rdb, e, n)
