@@ -99,9 +99,9 @@ func (h *scHarness) owner(t *rapid.T) string     { return rapid.SampledFrom(owne
 func (h *scHarness) now(owner string) int64      { return h.client + h.skew[clientOf(owner)] }
 func (h *scHarness) lease(t *rapid.T) int64      { return h.dur(t, "lease", 1, 30) }
 func (h *scHarness) wait(t *rapid.T) int64       { return h.dur(t, "wait", 1, 40) }
-func (h *scHarness) within(want, got int64) bool { return within(h.tol, want, got) }
+func (h *scHarness) within(want, got int64) bool { return scWithin(h.tol, want, got) }
 
-func within(tol, want, got int64) bool {
+func scWithin(tol, want, got int64) bool {
 	if tol == 0 || want < 0 {
 		return want == got
 	}
