@@ -1,0 +1,127 @@
+package demo
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Header writes what the demo is about to do.
+func Header(w io.Writer, c Config, redisDesc string) {
+	fmt.Fprintf(w, "Seat booking: %d clients x %d goroutines book %d seats, lock held ~%v per booking\n",
+		c.Clients, c.Goroutines, c.Seats, c.Hold)
+	fmt.Fprintf(w, "Redis: %s, keys under %q\n\n", redisDesc, c.Prefix)
+}
+
+// Report writes the comparison table of the results, side by side.
+func Report(w io.Writer, rs []*Result, firstGrants int) {
+	if len(rs) == 0 {
+		return
+	}
+	var b strings.Builder
+	// Arrival against grant, for the first grants of each run.
+	n := 0
+	for _, r := range rs {
+		n = max(n, min(firstGrants, len(r.Bookings)))
+	}
+	if n > 0 {
+		fmt.Fprintf(&b, "\nFirst %d grants: which arrival got the lock\n", n)
+		fmt.Fprintf(&b, "%7s", "")
+		for _, r := range rs {
+			fmt.Fprintf(&b, "   %-26s", r.Kind)
+		}
+		fmt.Fprintf(&b, "\n%7s", "grant")
+		for range rs {
+			fmt.Fprintf(&b, "   %7s %-7s %10s", "arrival", "who", "waited")
+		}
+		b.WriteString("\n")
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(&b, "%7d", i+1)
+			for _, r := range rs {
+				if i >= len(r.Bookings) {
+					fmt.Fprintf(&b, "   %26s", "")
+					continue
+				}
+				k := r.Bookings[i]
+				mark := " "
+				if k.Arrival != i+1 {
+					mark = "*"
+				}
+				fmt.Fprintf(&b, "   %6d%s %-7s %10s", k.Arrival, mark, k.Who, dur(k.Wait))
+			}
+			b.WriteString("\n")
+		}
+		b.WriteString("        (* arrival number differs from grant number)\n")
+	}
+
+	// The summary.
+	b.WriteString("\n")
+	row := func(label string, f func(r *Result) string) {
+		fmt.Fprintf(&b, "%-30s", label)
+		for _, r := range rs {
+			fmt.Fprintf(&b, " %14s", f(r))
+		}
+		b.WriteString("\n")
+	}
+	row("", func(r *Result) string { return r.Kind })
+	row("seats booked", func(r *Result) string { return fmt.Sprint(r.Booked) })
+	row("double bookings", func(r *Result) string { return fmt.Sprint(r.DoubleBookings) })
+	row("lock grants", func(r *Result) string { return fmt.Sprint(len(r.Bookings)) })
+	row("fairness inversions (pairs)", func(r *Result) string {
+		inv, pairs := r.Inversions()
+		return fmt.Sprintf("%d/%d", inv, pairs)
+	})
+	row("grants out of turn", func(r *Result) string { return fmt.Sprint(r.OutOfTurn()) })
+	row("seats per goroutine, min-max", func(r *Result) string {
+		lo, hi := r.Booked, 0
+		for _, s := range r.PerContender {
+			lo, hi = min(lo, s), max(hi, s)
+		}
+		return fmt.Sprintf("%d-%d", lo, hi)
+	})
+	for _, p := range []float64{50, 90, 99, 100} {
+		label := fmt.Sprintf("wait p%g", p)
+		if p == 100 {
+			label = "wait max"
+		}
+		row(label, func(r *Result) string { return dur(r.WaitPercentile(p)) })
+	}
+	row("elapsed", func(r *Result) string { return dur(r.Elapsed) })
+	row("throughput (seats/s)", func(r *Result) string {
+		if r.Elapsed <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f", float64(r.Booked)/r.Elapsed.Seconds())
+	})
+	row("queue order checked (bad)", func(r *Result) string {
+		if r.Kind != Fair {
+			return "-"
+		}
+		return fmt.Sprintf("%d (%d)", r.QueueChecks, r.QueueMismatches)
+	})
+	row("lock keys left behind", func(r *Result) string { return fmt.Sprint(len(r.Leftover)) })
+	b.WriteString(`
+arrival:    the order in which bookings' first lock attempts ran in Redis (taken
+            one at a time, so exact); grant: the order the lock was granted.
+inversions: pairs of bookings granted in the opposite order of their arrival.
+out of turn: grants made while an earlier arrival was still waiting.
+queue order: after each queued arrival the fair queue was read and had to list
+            waiters in arrival order, the newcomer last.
+`)
+	io.WriteString(w, b.String())
+}
+
+// dur renders a duration with three significant figures or so.
+func dur(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%dµs", d.Microseconds())
+	}
+}
