@@ -18,7 +18,7 @@ import "slices"
 // of the queue stays free for the head; callers that do not queue
 // (FairTryLock) fail, callers that do are queued behind.
 //
-// Pruning. Before anything else every script except acquireFailed drops
+// Pruning. Before anything else every fair script but acquireFailed drops
 // dead heads: while the head's deadline is at or before the caller's now, it
 // is removed. Nobody else's deadline moves: the dead waiter's slot has been
 // spent in real time. Only heads are examined; since deadlines are ordered,
