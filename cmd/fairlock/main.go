@@ -200,6 +200,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *grants < 0 {
 		return bad("--grants %d: must be 0 or more", *grants)
 	}
+	// Sizes are checked before anything is started or sent.
+	c.Prefix = demo.RandomPrefix()
+	if err := c.Validate(); err != nil {
+		return bad("%v", err)
+	}
 	desc := ""
 	if *addr == "" {
 		srv, err := miniredis.Run()
@@ -217,11 +222,6 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		c.Redis = o
 		desc = o.Addr
-	}
-	// Sizes are checked before anything is started or sent.
-	c.Prefix = demo.RandomPrefix()
-	if err := c.Validate(); err != nil {
-		return bad("%v", err)
 	}
 	if err := ping(ctx, c.Redis); err != nil {
 		if ctx.Err() != nil {

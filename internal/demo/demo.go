@@ -66,7 +66,7 @@ type Config struct {
 	ProgressEvery time.Duration
 }
 
-// Validate reports a configuration the demo cannot run.
+// Validate reports sizes or kinds the demo cannot run with.
 func (c *Config) Validate() error {
 	switch {
 	case c.Clients < 1 || c.Clients > 1000:
@@ -79,8 +79,6 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--hold %v: must be 0..1m", c.Hold)
 	case len(c.Kinds) == 0:
 		return errors.New("no lock kind")
-	case c.Redis == nil:
-		return errors.New("no Redis options")
 	}
 	for _, k := range c.Kinds {
 		if k != Fair && k != Reentrant {
@@ -204,6 +202,9 @@ func RandomPrefix() string {
 func Run(ctx context.Context, c Config) ([]*Result, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	if c.Redis == nil {
+		return nil, errors.New("demo: no Redis options")
 	}
 	if c.Prefix == "" {
 		c.Prefix = RandomPrefix()
