@@ -482,3 +482,42 @@ func TestBadInput(t *testing.T) {
 	assert.True(t, errors.Is(m.LockWithLease(ctx, 0), fair.ErrInvalidValue))
 	assert.Empty(t, b.Mini.Keys())
 }
+
+// The Redisson-compatible engine refuses a lock whose queue the scalable
+// engine keeps, before writing anything (the scalable engine refuses the
+// reverse: see scalable_test.go).
+func TestRedissonEngineRefusesScalableQueue(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		rdb := b.Client(t)
+		name := redistest.Prefix(t) + "lock"
+		c := newClient(t, b.Client(t))
+		holder := newMutex(t, c, name, fair.WithEngine(fair.Scalable))
+		require.NoError(t, holder.LockWithLease(ctx, time.Minute))
+		waiter := newMutex(t, c, name, fair.WithEngine(fair.Scalable))
+		wctx, cancel := context.WithCancel(ctx)
+		res := make(chan error, 1)
+		go func() { res <- waiter.Lock(wctx) }()
+		k := lua.KeysFor(name)
+		require.Eventually(t, func() bool { return rdb.Exists(ctx, k.ScalableQueue()).Val() == 1 }, 10*time.Second, time.Millisecond)
+
+		before, err := rdb.Keys(ctx, "*"+name+"*").Result()
+		require.NoError(t, err)
+		other := newMutex(t, c, name) // the default, Redisson-compatible engine
+		_, err = other.TryLock(ctx)
+		assert.True(t, errors.Is(err, fair.ErrMixedEngines), "%v", err)
+		_, err = other.TryLockFor(ctx, 10*time.Millisecond, 0)
+		assert.True(t, errors.Is(err, fair.ErrMixedEngines), "%v", err)
+		assert.True(t, errors.Is(other.Unlock(ctx), fair.ErrMixedEngines))
+		_, err = other.ForceUnlock(ctx)
+		assert.True(t, errors.Is(err, fair.ErrMixedEngines), "%v", err)
+		after, err := rdb.Keys(ctx, "*"+name+"*").Result()
+		require.NoError(t, err)
+		assert.ElementsMatch(t, before, after, "nothing written")
+		assert.Zero(t, rdb.Exists(ctx, k.Queue, k.Timeouts).Val())
+
+		cancel()
+		<-res
+		require.NoError(t, holder.Unlock(ctx))
+	})
+}

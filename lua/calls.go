@@ -139,41 +139,43 @@ func (s *Scripts) Renew(ctx context.Context, rdb redis.Scripter, names, owners [
 // It never queues.
 func (s *Scripts) FairTryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, err error) {
 	acquired, _, err = nilOrInt(s.Script(FileFairTryLock).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts}, a.LeaseMs, a.Owner, a.NowMs, a.WaitMs))
-	return acquired, err
+		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue()}, a.LeaseMs, a.Owner, a.NowMs, a.WaitMs))
+	return acquired, mixed(err)
 }
 
 // FairTryLockWait runs fair_try_lock_wait.lua (reads Owner, LeaseMs, WaitMs,
 // NowMs, GraceMs): take the lock, or join or stay in the queue. When not
 // acquired, ttlMs is how long to wait before trying again (see the script).
 func (s *Scripts) FairTryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
-	return nilOrInt(s.Script(FileFairTryLockWait).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts}, a.LeaseMs, a.Owner, a.WaitMs, a.NowMs, a.GraceMs))
+	acquired, ttlMs, err = nilOrInt(s.Script(FileFairTryLockWait).Run(ctx, rdb,
+		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue()}, a.LeaseMs, a.Owner, a.WaitMs, a.NowMs, a.GraceMs))
+	return acquired, ttlMs, mixed(err)
 }
 
 // FairAcquireFailed runs fair_acquire_failed.lua (reads Owner, WaitMs, PubCmd).
 func (s *Scripts) FairAcquireFailed(ctx context.Context, rdb redis.Scripter, k Keys, a Args) error {
 	err := s.Script(FileFairAcquireFailed).Run(ctx, rdb,
-		[]string{k.Queue, k.Timeouts, k.Name, k.Channel}, a.Owner, a.WaitMs, a.pubCmd(), UnlockMessage).Err()
+		[]string{k.Queue, k.Timeouts, k.Name, k.Channel, k.ScalableQueue()}, a.Owner, a.WaitMs, a.pubCmd(), UnlockMessage).Err()
 	if errors.Is(err, redis.Nil) {
 		return nil
 	}
-	return err
+	return mixed(err)
 }
 
 // FairUnlock runs fair_unlock.lua (reads Owner, LeaseMs, NowMs, RequestID,
 // LatchMs, GraceMs, PubCmd).
 func (s *Scripts) FairUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
-	return unlockResult(s.Script(FileFairUnlock).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.Channel, k.Latch(a.RequestID)},
+	res, err := unlockResult(s.Script(FileFairUnlock).Run(ctx, rdb,
+		[]string{k.Name, k.Queue, k.Timeouts, k.Channel, k.Latch(a.RequestID), k.ScalableQueue()},
 		UnlockMessage, a.LeaseMs, a.Owner, a.NowMs, a.pubCmd(), a.LatchMs, a.GraceMs))
+	return res, mixed(err)
 }
 
 // FairForceUnlock runs fair_force_unlock.lua (reads NowMs, GraceMs, PubCmd).
 func (s *Scripts) FairForceUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, error) {
 	_, n, err := nilOrInt(s.Script(FileFairForceUnlock).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.Channel}, UnlockMessage, a.NowMs, a.pubCmd(), a.GraceMs))
-	return n == 1, err
+		[]string{k.Name, k.Queue, k.Timeouts, k.Channel, k.ScalableQueue()}, UnlockMessage, a.NowMs, a.pubCmd(), a.GraceMs))
+	return n == 1, mixed(err)
 }
 
 // acquireKeys is KEYS of acquire.lua. go-redis only reads it.

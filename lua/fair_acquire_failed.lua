@@ -5,6 +5,7 @@
 -- KEYS[2]  timeouts
 -- KEYS[3]  lock hash                 (not in Redisson: see below)
 -- KEYS[4]  channel prefix "redisson_lock__channel:{name}"
+-- KEYS[5]  scalable queue "fairlock_squeue:{name}" (not in Redisson: refused if it exists)
 -- ARGV[1]  owner id of the leaver
 -- ARGV[2]  the leaver's wait slot in milliseconds: the same one it queued with
 -- ARGV[3]  publish command: "publish" or "spublish"
@@ -19,6 +20,10 @@
 local queue, timeouts = KEYS[1], KEYS[2]
 local owner, wait = ARGV[1], tonumber(ARGV[2])
 
+local refused = refuse_scalable(KEYS[5], KEYS[3])
+if refused then
+    return refused
+end
 local waiters = redis.call('lrange', queue, 0, -1)
 local behind = false
 for _, waiter in ipairs(waiters) do

@@ -7,6 +7,18 @@
 --   queue     list of waiting owners, FIFO, head first
 --   timeouts  zset owner -> deadline (absolute, client clock, milliseconds)
 
+-- Not in Redisson: a lock whose queue is kept by this module's scalable
+-- engine (fairlock_squeue:{name}) is refused before anything is written,
+-- so the two engines are never mixed on one name. Returns the error reply
+-- to return, or nil.
+local function refuse_scalable(squeue, name)
+    if redis.call('exists', squeue) == 1 then
+        return redis.error_reply('fairlock: lock ' .. name ..
+            ' is used by the scalable fair engine (fairlock_squeue exists)')
+    end
+    return nil
+end
+
 -- Drop queue heads that are dead: a head whose deadline is at or before now,
 -- or a head with no deadline at all. Redisson stops at a head without a
 -- deadline, which then blocks the lock for ever (hazard H1); here it is stale.

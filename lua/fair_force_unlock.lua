@@ -5,6 +5,7 @@
 -- KEYS[2]  queue
 -- KEYS[3]  timeouts
 -- KEYS[4]  channel prefix "redisson_lock__channel:{name}"
+-- KEYS[5]  scalable queue "fairlock_squeue:{name}" (not in Redisson: refused if it exists)
 -- ARGV[1]  unlock message, "0"
 -- ARGV[2]  now: client clock, Unix milliseconds
 -- ARGV[3]  publish command: "publish" or "spublish"
@@ -14,6 +15,10 @@
 local lock, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local now, grace = tonumber(ARGV[2]), tonumber(ARGV[4])
 
+local refused = refuse_scalable(KEYS[5], KEYS[1])
+if refused then
+    return refused
+end
 prune_stale_heads(queue, timeouts, now)
 if redis.call('del', lock) == 1 then
     hand_over(queue, timeouts, now, grace, KEYS[4], ARGV[3], ARGV[1])

@@ -4,6 +4,7 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  queue "redisson_lock_queue:{name}"
 -- KEYS[3]  timeouts "redisson_lock_timeout:{name}"
+-- KEYS[4]  scalable queue "fairlock_squeue:{name}" (not in Redisson: refused if it exists)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner id
 -- ARGV[3]  now: client clock, Unix milliseconds   (note: 3 and 4 are swapped
@@ -14,6 +15,10 @@
 local lock, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local owner, now, wait = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
+local refused = refuse_scalable(KEYS[4], KEYS[1])
+if refused then
+    return refused
+end
 prune_stale_heads(queue, timeouts, now)
 if take_or_reenter(lock, queue, timeouts, owner, ARGV[1], wait) then
     return 'OK'

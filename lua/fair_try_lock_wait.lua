@@ -4,6 +4,7 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  queue
 -- KEYS[3]  timeouts
+-- KEYS[4]  scalable queue "fairlock_squeue:{name}" (not in Redisson: refused if it exists)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner id
 -- ARGV[3]  the caller's wait slot in milliseconds
@@ -26,6 +27,10 @@ local lock, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local owner, wait = ARGV[2], tonumber(ARGV[3])
 local now, grace = tonumber(ARGV[4]), tonumber(ARGV[5])
 
+local refused = refuse_scalable(KEYS[4], KEYS[1])
+if refused then
+    return refused
+end
 prune_stale_heads(queue, timeouts, now)
 if take_or_reenter(lock, queue, timeouts, owner, ARGV[1], wait) then
     return 'OK'

@@ -5,6 +5,7 @@
 -- KEYS[3]  timeouts
 -- KEYS[4]  channel prefix "redisson_lock__channel:{name}"
 -- KEYS[5]  unlock latch "redisson_unlock_latch:{name}:<request-id>"
+-- KEYS[6]  scalable queue "fairlock_squeue:{name}" (not in Redisson: refused if it exists)
 -- ARGV[1]  unlock message, "0"
 -- ARGV[2]  lease in milliseconds to set when holds remain
 -- ARGV[3]  owner id
@@ -21,6 +22,10 @@
 local lock, queue, timeouts, prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, now, grace = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[7])
 
+local refused = refuse_scalable(KEYS[6], KEYS[1])
+if refused then
+    return refused
+end
 local latched = redis.call('get', latch)
 if latched then
     return tonumber(latched)

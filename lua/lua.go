@@ -88,6 +88,7 @@ type Keys struct {
 	Queue    string // redisson_lock_queue:{name} (fair lock)
 	Timeouts string // redisson_lock_timeout:{name} (fair lock)
 	latch    string
+	squeue   string   // the scalable engine's queue, see ScalableQueue
 	nameOnly []string // {Name}: KEYS of acquire.lua, built once
 }
 
@@ -100,6 +101,7 @@ func KeysFor(name string) Keys {
 		Queue:    prefixName(queuePrefix, name),
 		Timeouts: prefixName(timeoutPrefix, name),
 		latch:    prefixName(latchPrefix, name),
+		squeue:   prefixName(squeuePrefix, name),
 		nameOnly: []string{name},
 	}
 }

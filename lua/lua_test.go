@@ -24,6 +24,12 @@ func TestEveryScriptLoads(t *testing.T) {
 			require.NoError(t, err, f)
 			assert.Equal(t, sc.Hash(), sha, f)
 		}
+		for _, f := range lua.ScalableFiles {
+			sc := lua.ScalableDefault.Script(f)
+			sha, err := sc.Load(context.Background(), rdb).Result()
+			require.NoError(t, err, f)
+			assert.Equal(t, sc.Hash(), sha, f)
+		}
 	})
 }
 

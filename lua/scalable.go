@@ -38,13 +38,19 @@ const squeuePrefix = "fairlock_squeue"
 // The script changed nothing.
 var ErrMixedEngines = errors.New("fairlock: lock is used by the other fair-lock engine")
 
-// mixedMarker is in the error reply of refuse_mixed (scalable_common.lua).
-const mixedMarker = "is used by the Redisson-compatible fair engine"
+// mixedMarkers are in the error replies of refuse_mixed
+// (scalable_common.lua) and refuse_scalable (fair_common.lua).
+var mixedMarkers = []string{"is used by the Redisson-compatible fair engine", "is used by the scalable fair engine"}
 
 // ScalableQueue is the scalable engine's queue key of the lock k:
 // "fairlock_squeue:{name}", in the lock's hash slot (the same braces rule as
 // Redisson's keys).
-func (k Keys) ScalableQueue() string { return prefixName(squeuePrefix, k.Name) }
+func (k Keys) ScalableQueue() string {
+	if k.squeue == "" {
+		return prefixName(squeuePrefix, k.Name)
+	}
+	return k.squeue
+}
 
 // ScalableSource returns the text of a scalable script as it is sent to
 // Redis: the file with scalable_common.lua in front of it.
@@ -94,8 +100,13 @@ func (s *ScalableScripts) Script(file string) *redis.Script {
 
 // mixed turns the scripts' refusal into ErrMixedEngines.
 func mixed(err error) error {
-	if err != nil && strings.Contains(err.Error(), mixedMarker) {
-		return errors.Join(ErrMixedEngines, err)
+	if err == nil {
+		return nil
+	}
+	for _, m := range mixedMarkers {
+		if strings.Contains(err.Error(), m) {
+			return errors.Join(ErrMixedEngines, err)
+		}
 	}
 	return err
 }
