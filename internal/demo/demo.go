@@ -300,23 +300,37 @@ func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 		clients[i] = client{rdb: rdb, hook: h, fl: fl}
 	}
 
-	start := time.Now()
-	stopProgress := r.progress(start)
-	var wg sync.WaitGroup
-	for ci := range clients {
+	// Every handle, and every connection, before the clock starts.
+	type contender struct {
+		lk   locker
+		hook *arrivalHook
+		who  string
+		rng  *mrand.Rand
+	}
+	var cs []contender
+	for ci, cl := range clients {
+		if err := cl.rdb.Ping(ctx).Err(); err != nil {
+			return nil, err
+		}
 		for g := 0; g < c.Goroutines; g++ {
-			idx := ci*c.Goroutines + g
-			lk, err := newLocker(kind, clients[ci].fl, name)
+			lk, err := newLocker(kind, cl.fl, name)
 			if err != nil {
 				return nil, err
 			}
-			rng := mrand.New(mrand.NewPCG(c.Seed, uint64(idx)))
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r.contend(ctx, lk, clients[ci].hook, idx, fmt.Sprintf("c%dg%d", ci+1, g+1), rng)
-			}()
+			cs = append(cs, contender{lk: lk, hook: cl.hook, who: fmt.Sprintf("c%dg%d", ci+1, g+1),
+				rng: mrand.New(mrand.NewPCG(c.Seed, uint64(len(cs))))})
 		}
+	}
+
+	start := time.Now()
+	stopProgress := r.progress(start)
+	var wg sync.WaitGroup
+	for i, ct := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.contend(ctx, ct.lk, ct.hook, i, ct.who, ct.rng)
+		}()
 	}
 	wg.Wait()
 	r.result.Elapsed = time.Since(start)
