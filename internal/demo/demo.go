@@ -416,11 +416,16 @@ func (r *run) contend(ctx context.Context, lk locker, hook *arrivalHook, idx int
 		}
 		grant := int(r.grants.Add(1))
 		seat, err := r.book(ctx, who, rng)
-		// Unlock even when ctx has ended: the library then runs it on a
-		// fresh context, so an interrupted demo leaves no lock behind.
-		if uerr := lk.Unlock(ctx); uerr != nil && err == nil {
+		// Unlock on a context that Ctrl-C does not end: the library runs
+		// an Unlock whose ctx has already ended on a fresh context, but
+		// one whose ctx ends during the call (waiting for a pooled
+		// connection, say) fails and leaves the lock held, renewed by the
+		// watchdog. An interrupted demo must leave no lock behind.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if uerr := lk.Unlock(uctx); uerr != nil && err == nil {
 			err = fmt.Errorf("%s unlock %s: %w", r.kind, who, uerr)
 		}
+		cancel()
 		r.mu.Lock()
 		r.result.Bookings = append(r.result.Bookings,
 			Booking{Grant: grant, Arrival: seq, Who: who, Owner: owner, Seat: seat, Wait: wait})
