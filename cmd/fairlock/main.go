@@ -214,7 +214,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		defer srv.Close()
 		c.Redis = &redis.Options{Addr: srv.Addr()}
-		desc = "embedded miniredis at " + srv.Addr()
+		desc = "embedded miniredis (" + srv.Addr() + ")"
 	} else {
 		o, err := redisOptions(*addr)
 		if err != nil {

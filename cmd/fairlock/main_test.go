@@ -214,7 +214,7 @@ func TestInterrupt(t *testing.T) {
 		prefix := ""
 		for sc.Scan() {
 			line := sc.Text()
-			if m := regexp.MustCompile(`contains "([^"]+)"`).FindStringSubmatch(line); m != nil {
+			if m := regexp.MustCompile(`names contain "([^"]+)"`).FindStringSubmatch(line); m != nil {
 				prefix = m[1]
 			}
 			if strings.HasPrefix(line, "fair ") {

@@ -11,7 +11,7 @@ import (
 func Header(w io.Writer, c Config, redisDesc string) {
 	fmt.Fprintf(w, "Seat booking: %d clients x %d goroutines book %d seats, lock held ~%v per booking\n",
 		c.Clients, c.Goroutines, c.Seats, c.Hold)
-	fmt.Fprintf(w, "Redis: %s; every key's name contains %q\n", redisDesc, c.Prefix)
+	fmt.Fprintf(w, "Redis: %s; key names contain %q\n", redisDesc, c.Prefix)
 	fmt.Fprintf(w, "(deleted at the end; unlock latches expire by themselves within 10s)\n\n")
 }
 
