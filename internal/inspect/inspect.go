@@ -56,8 +56,8 @@ type Waiter struct {
 	// Deadline is DeadlineMs as RFC 3339 UTC.
 	Deadline string `json:"deadline,omitempty"`
 	// LeftMs is DeadlineMs minus the inspector's clock; negative when
-	// the deadline has passed.
-	LeftMs int64 `json:"left_ms,omitempty"`
+	// the deadline has passed; 0 when there is no deadline.
+	LeftMs int64 `json:"left_ms"`
 }
 
 // Report is the state of one lock at one instant.
