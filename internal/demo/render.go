@@ -110,7 +110,11 @@ out of turn: grants made while an earlier arrival was still waiting.
 queue order: after each queued arrival the fair queue was read and had to list
             waiters in arrival order, the newcomer last.
 `)
-	io.WriteString(w, b.String())
+	lines := strings.Split(b.String(), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	io.WriteString(w, strings.Join(lines, "\n"))
 }
 
 // dur renders a duration with three significant figures or so.

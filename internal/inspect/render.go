@@ -19,15 +19,14 @@ func (r *Report) WriteJSON(w io.Writer) error {
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "lock %q\n", r.Name)
-	engine := r.Engine
-	if engine == "" {
-		engine = "none (no queue keys)"
-	}
 	keys := r.Keys.Lock + ", " + r.Keys.Queue + ", " + r.Keys.Timeouts
 	if r.Engine == "scalable" || r.Engine == "both" {
 		keys += ", " + r.Keys.ScalableQueue
 	}
-	b.WriteString(wrap("  keys:   ", keys+" (engine: "+engine+")"))
+	if r.Engine != "" {
+		keys += " (engine: " + r.Engine + ")"
+	}
+	b.WriteString(wrap("  keys:   ", keys))
 	if r.RedisTimeMs != 0 {
 		fmt.Fprintf(&b, "  clocks: this machine %s, Redis %+dms from it\n", stamp(r.NowMs), r.RedisTimeMs-r.NowMs)
 	}
