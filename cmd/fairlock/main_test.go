@@ -94,11 +94,27 @@ func checkResult(t *testing.T, c demo.Config, r *demo.Result) {
 func TestDemoArrivalAndGrantOrder(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		c := smallDemo(b, redistest.Prefix(t))
+		c.Keep = true
 		rs, err := demo.Run(testCtx(t), c)
 		require.NoError(t, err)
 		require.Len(t, rs, 2)
+		rdb := b.Client(t)
 		for _, r := range rs {
 			checkResult(t, c, r)
+			// What Redis holds: seats 1..K, each booked by the one
+			// the run says booked it.
+			key := demo.BookingsKey(c.Prefix, r.Kind)
+			got, err := rdb.HGetAll(context.Background(), key).Result()
+			require.NoError(t, err)
+			want := map[string]string{}
+			for _, bk := range r.Bookings {
+				if bk.Seat > 0 {
+					want[fmt.Sprint(bk.Seat)] = bk.Who
+				}
+			}
+			assert.Len(t, got, c.Seats, "%s: bookings in Redis", r.Kind)
+			assert.Equal(t, want, got, "%s: bookings in Redis", r.Kind)
+			rdb.Del(context.Background(), key, c.Prefix+r.Kind+":next")
 		}
 		f := rs[0]
 		require.Equal(t, demo.Fair, f.Kind)

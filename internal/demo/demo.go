@@ -62,6 +62,9 @@ type Config struct {
 	Redis *redis.Options
 	// Prefix namespaces every key; empty: a random "fairlock-demo:<hex>:".
 	Prefix string
+	// Keep leaves the bookings hash ("<prefix><kind>:bookings", seat ->
+	// who) and the seat counter in Redis instead of deleting them.
+	Keep bool
 	// Options configure every fairlock.Client of the run.
 	Options []fairlock.Option
 	// Scripts are the lock scripts the clients run; nil: lua.Default.
@@ -197,6 +200,9 @@ func countInversions(a []int) int64 {
 	return n
 }
 
+// BookingsKey is the hash of one run's bookings, seat number -> who.
+func BookingsKey(prefix, kind string) string { return prefix + kind + ":bookings" }
+
 // RandomPrefix returns a fresh "fairlock-demo:<hex>:" namespace.
 func RandomPrefix() string {
 	var b [4]byte
@@ -258,7 +264,7 @@ func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 	name := c.Prefix + kind
 	r := &run{
 		c: c, kind: kind, keys: lua.KeysFor(name),
-		next: c.Prefix + kind + ":next", bookings: c.Prefix + kind + ":bookings",
+		next: c.Prefix + kind + ":next", bookings: BookingsKey(c.Prefix, kind),
 		observer: redis.NewClient(c.Redis),
 		gate:     make(chan struct{}, 1),
 		seqOf:    map[string]int{},
@@ -339,7 +345,9 @@ func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 	// The demo's own keys go; the lock's keys must already be gone.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = r.observer.Del(cctx, r.next, r.bookings).Err()
+	if !c.Keep {
+		_ = r.observer.Del(cctx, r.next, r.bookings).Err()
+	}
 	for _, k := range []string{r.keys.Name, r.keys.Queue, r.keys.Timeouts} {
 		if n, err := r.observer.Exists(cctx, k).Result(); err == nil && n > 0 {
 			r.result.Leftover = append(r.result.Leftover, k)
