@@ -7,8 +7,10 @@
 // demo: clients book numbered seats under the fair lock and then under the
 // reentrant (unfair) lock, and it compares arrival order with grant order,
 // waits and throughput. Without --redis it runs on an embedded miniredis;
-// with --redis every key it makes is under a random "fairlock-demo:<hex>:"
-// prefix and is deleted at the end; it never flushes.
+// with --redis the name of every key it makes contains a random
+// "fairlock-demo:<hex>:" prefix, its data keys are deleted at the end, the
+// lock's keys are gone once the lock is released, and the unlock latches
+// expire within 10 s. It never flushes.
 //
 // inspect: prints who holds the lock NAME, its queue in order with each
 // waiter's deadline, and any inconsistency in that state. It sends only
