@@ -190,8 +190,8 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOptions) (bool, error) {
 // Unlock releases one hold; releasing the last wakes the head of the queue
 // (only it). It returns ErrNotHeld, changing nothing, when this owner does
 // not hold the lock (Redisson replies success when the lock is gone: H4).
-// When ctx has already ended it still runs, on a fresh context bounded by the
-// client's cleanup timeout.
+// When ctx ends, before or during the call, it still runs to completion on a
+// fresh context bounded by the client's cleanup timeout.
 func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 
 // ForceUnlock deletes the lock whoever holds it and wakes the head of the

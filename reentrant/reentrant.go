@@ -119,8 +119,9 @@ func (m *Mutex) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool
 }
 
 // Unlock releases one hold. It returns ErrNotHeld, changing nothing, when
-// this owner does not hold the lock. When ctx has already ended it still
-// runs, on a fresh context bounded by the client's cleanup timeout. A retry
+// this owner does not hold the lock. When ctx ends, before or during the
+// call, it still runs to completion on a fresh context bounded by the
+// client's cleanup timeout (fairlock.WithCleanupTimeout). A retry
 // after a lost reply returns the first outcome (Redisson's unlock latch).
 func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 

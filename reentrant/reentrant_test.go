@@ -450,3 +450,32 @@ func TestWaitersRecheckAfterPubSubReconnect(t *testing.T) {
 	require.NoError(t, <-got)
 	require.NoError(t, waiter.Unlock(ctx))
 }
+
+// An Unlock whose ctx ends during the call (here: while it waits for the
+// only pooled connection) must still release the lock.
+func TestUnlockCompletesWhenContextEndsMidCall(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		rdb := redis.NewClient(&redis.Options{Addr: b.Addr, PoolSize: 1})
+		t.Cleanup(func() { _ = rdb.Close() })
+		c := newClient(t, rdb)
+		name := redistest.Prefix(t) + "lock"
+		m := newMutex(t, c, name)
+		require.NoError(t, m.Lock(ctx))
+		busy := make(chan struct{})
+		go func() { // occupy the only connection for a while
+			defer close(busy)
+			rdb.BLPop(ctx, 300*time.Millisecond, redistest.Prefix(t)+"nothing")
+		}()
+		time.Sleep(20 * time.Millisecond) // let BLPOP take the connection
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		require.NoError(t, m.Unlock(short))
+		<-busy
+		locked, err := b.Client(t).Exists(ctx, name).Result()
+		require.NoError(t, err)
+		assert.Zero(t, locked, "the lock must be released")
+		<-m.Done()
+		assert.NoError(t, m.Err())
+	})
+}

@@ -306,8 +306,8 @@ func (m *Mutex) end(h *hold, err error) {
 // answer; the latch makes a repeat return the first outcome.
 const unlockRetries = 3
 
-// Unlock releases one hold. With an already-ended ctx it still runs, on a
-// fresh context bounded by CleanupTime. It returns ErrNotHeld when the owner
+// Unlock releases one hold. When ctx has ended, before or during the call,
+// it still runs to completion on a fresh context bounded by CleanupTime. It returns ErrNotHeld when the owner
 // does not hold the lock, and changes nothing then.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if ctx == nil {
@@ -331,11 +331,23 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	}
 	var res lua.UnlockResult
 	var err error
+	fresh := false
 	for try := 0; try < unlockRetries; try++ {
 		a.NowMs = time.Now().UnixMilli()
 		res, err = m.E.Unlock(ctx, a)
-		if err == nil || ctx.Err() != nil || isScriptError(err) {
+		if err == nil || isScriptError(err) {
 			break
+		}
+		if ctx.Err() != nil {
+			if fresh {
+				break
+			}
+			// ctx ended during the call: finish on a fresh context. The
+			// same request id makes a repeat return the first outcome.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), m.S.Config.CleanupTime)
+			defer cancel()
+			fresh = true
 		}
 	}
 	if err != nil {
