@@ -44,22 +44,63 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
+// engineCase is one fair-lock engine, with what a test needs to look at its
+// queue. Tests of behaviour that both engines share run on both.
+type engineCase struct {
+	name string
+	opt  fair.Option
+	// queue reads the waiters, head first, and their absolute deadlines.
+	queue func(t testing.TB, rdb redis.UniversalClient, name string) ([]string, map[string]int64)
+	// dead queues an owner that will never come back (a crashed client).
+	dead func(t testing.TB, rdb redis.UniversalClient, name, owner string, slot time.Duration)
+}
+
+var engineCases = []engineCase{
+	{"redisson", fair.WithEngine(fair.Redisson), redissonQueue, enqueueDead},
+	{"scalable", fair.WithEngine(fair.Scalable), scalableQueue, enqueueDeadScalable},
+}
+
+// eachEngine runs f for each engine on miniredis and on redis-server.
+func eachEngine(t *testing.T, f func(t *testing.T, b *redistest.Backend, e engineCase)) {
+	for _, e := range engineCases {
+		t.Run(e.name, func(t *testing.T) {
+			redistest.Each(t, func(t *testing.T, b *redistest.Backend) { f(t, b, e) })
+		})
+	}
+}
+
 // waitQueued waits until the queue of name is n long.
-func waitQueued(t testing.TB, rdb redis.UniversalClient, name string, n int) {
+func (e engineCase) waitQueued(t testing.TB, rdb redis.UniversalClient, name string, n int) {
 	t.Helper()
-	q := lua.KeysFor(name).Queue
 	require.Eventually(t, func() bool {
-		return rdb.LLen(context.Background(), q).Val() == int64(n)
-	}, 10*time.Second, time.Millisecond, "queue of %s never reached %d", name, n)
+		q, _ := e.queue(t, rdb, name)
+		return len(q) == n
+	}, 10*time.Second, time.Millisecond, "%s queue of %s never reached %d", e.name, name, n)
+}
+
+// redissonQueue reads redisson_lock_queue and redisson_lock_timeout.
+func redissonQueue(t testing.TB, rdb redis.UniversalClient, name string) ([]string, map[string]int64) {
+	t.Helper()
+	ctx := context.Background()
+	k := lua.KeysFor(name)
+	order, err := rdb.LRange(ctx, k.Queue, 0, -1).Result()
+	require.NoError(t, err)
+	zs, err := rdb.ZRangeWithScores(ctx, k.Timeouts, 0, -1).Result()
+	require.NoError(t, err)
+	deadlines := map[string]int64{}
+	for _, z := range zs {
+		deadlines[z.Member.(string)] = int64(z.Score)
+	}
+	return order, deadlines
 }
 
 func TestFIFOAcrossClients(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
 		clients := []*fairlock.Client{newClient(t, b.Client(t)), newClient(t, b.Client(t)), newClient(t, b.Client(t))}
-		holder := newMutex(t, clients[0], name)
+		holder := newMutex(t, clients[0], name, e.opt)
 		require.NoError(t, holder.Lock(ctx))
 
 		const n = 30
@@ -68,7 +109,7 @@ func TestFIFOAcrossClients(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make(chan error, n)
 		for i := 0; i < n; i++ {
-			m := newMutex(t, clients[i%3], name)
+			m := newMutex(t, clients[i%3], name, e.opt)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -81,7 +122,7 @@ func TestFIFOAcrossClients(t *testing.T) {
 				mu.Unlock()
 				errs <- m.Unlock(ctx)
 			}()
-			waitQueued(t, rdb, name, i+1) // the next one starts after this one is queued
+			e.waitQueued(t, rdb, name, i+1) // the next one starts after this one is queued
 		}
 		require.NoError(t, holder.Unlock(ctx))
 		wg.Wait()
@@ -102,40 +143,37 @@ func TestFIFOAcrossClients(t *testing.T) {
 }
 
 func TestCanceledWaiterShiftsFollowersAndLeavesNoTrace(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		c := newClient(t, b.Client(t))
 		name := redistest.Prefix(t) + "lock"
-		k := lua.KeysFor(name)
-		holder := newMutex(t, c, name)
+		holder := newMutex(t, c, name, e.opt)
 		require.NoError(t, holder.Lock(ctx))
 		slot := time.Minute
 		var ms []*fair.Mutex
 		var cancels []context.CancelFunc
 		var results []chan error
 		for i := 0; i < 3; i++ {
-			m := newMutex(t, c, name, fair.WithWaitSlot(slot))
+			m := newMutex(t, c, name, e.opt, fair.WithWaitSlot(slot))
 			wctx, cancel := context.WithCancel(ctx)
 			res := make(chan error, 1)
 			go func() { res <- m.Lock(wctx) }()
-			waitQueued(t, rdb, name, i+1)
+			e.waitQueued(t, rdb, name, i+1)
 			ms, cancels, results = append(ms, m), append(cancels, cancel), append(results, res)
 		}
-		before := rdb.ZRangeWithScores(ctx, k.Timeouts, 0, -1).Val()
+		_, before := e.queue(t, rdb, name)
 		require.Len(t, before, 3)
 
 		cancels[1]() // the middle waiter gives up
 		err := <-results[1]
 		assert.True(t, errors.Is(err, fair.ErrCanceled) && errors.Is(err, context.Canceled), "%v", err)
 
-		after := rdb.ZRangeWithScores(ctx, k.Timeouts, 0, -1).Val()
+		order, after := e.queue(t, rdb, name)
+		assert.Equal(t, []string{ms[0].Owner(), ms[2].Owner()}, order)
 		require.Len(t, after, 2)
-		assert.Equal(t, ms[0].Owner(), after[0].Member)
-		assert.Equal(t, before[0].Score, after[0].Score, "the waiter ahead keeps its deadline")
-		assert.Equal(t, ms[2].Owner(), after[1].Member)
-		assert.Equal(t, before[2].Score-float64(slot.Milliseconds()), after[1].Score, "the follower moves up one slot")
-		assert.Equal(t, []string{ms[0].Owner(), ms[2].Owner()}, rdb.LRange(ctx, k.Queue, 0, -1).Val())
+		assert.Equal(t, before[ms[0].Owner()], after[ms[0].Owner()], "the waiter ahead keeps its deadline")
+		assert.Equal(t, before[ms[2].Owner()]-slot.Milliseconds(), after[ms[2].Owner()], "the follower moves up one slot")
 		assert.Equal(t, 2, core.Of(c).Hub.Channels(), "the canceled waiter's subscription is gone")
 
 		require.NoError(t, holder.Unlock(ctx))
@@ -145,6 +183,10 @@ func TestCanceledWaiterShiftsFollowersAndLeavesNoTrace(t *testing.T) {
 		}
 		cancels[0]()
 		cancels[2]()
+		keys, _ := rdb.Keys(ctx, "*"+name+"*").Result()
+		for _, k := range keys { // unlock latches expire by themselves
+			assert.True(t, strings.HasPrefix(k, "redisson_unlock_latch:"), "left behind: %s", k)
+		}
 	})
 }
 
@@ -170,25 +212,25 @@ func enqueueDead(t testing.TB, rdb redis.UniversalClient, name, owner string, sl
 }
 
 func TestDeadWaiterIsPruned(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
-		k := lua.KeysFor(name)
 		c := newClient(t, b.Client(t), fairlock.WithHeadGrace(-1)) // Redisson's rules only
-		holder := newMutex(t, c, name)
+		holder := newMutex(t, c, name, e.opt)
 		require.NoError(t, holder.LockWithLease(ctx, 300*time.Millisecond)) // and its holder dies too
-		enqueueDead(t, rdb, name, "dead-client:1", 300*time.Millisecond)
-		live := newMutex(t, c, name)
+		e.dead(t, rdb, name, "dead-client:1", 300*time.Millisecond)
+		live := newMutex(t, c, name, e.opt)
 		liveRes := make(chan error, 1)
 		go func() { liveRes <- live.Lock(ctx) }()
-		waitQueued(t, rdb, name, 2)
+		e.waitQueued(t, rdb, name, 2)
 		if b.Mini != nil {
 			b.Mini.FastForward(300 * time.Millisecond) // the holder's lease
 		}
 		require.NoError(t, <-liveRes, "the live waiter must get the lock once the dead one is pruned")
-		assert.Equal(t, redis.Nil, rdb.ZScore(ctx, k.Timeouts, "dead-client:1").Err())
-		assert.Zero(t, rdb.LLen(ctx, k.Queue).Val())
+		order, deadlines := e.queue(t, rdb, name)
+		assert.Empty(t, order)
+		assert.Empty(t, deadlines)
 		require.NoError(t, live.Unlock(ctx))
 	})
 }
@@ -196,18 +238,18 @@ func TestDeadWaiterIsPruned(t *testing.T) {
 // A dead head behind a free lock must not stall its followers for its whole
 // slot (5 minutes here): the head grace prunes it.
 func TestDeadHeadDoesNotStallForItsSlot(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
 		c := newClient(t, b.Client(t), fairlock.WithHeadGrace(200*time.Millisecond))
-		holder := newMutex(t, c, name)
+		holder := newMutex(t, c, name, e.opt)
 		require.NoError(t, holder.LockWithLease(ctx, time.Minute))
-		enqueueDead(t, rdb, name, "dead-client:1", 5*time.Minute)
-		live := newMutex(t, c, name)
+		e.dead(t, rdb, name, "dead-client:1", 5*time.Minute)
+		live := newMutex(t, c, name, e.opt)
 		liveRes := make(chan error, 1)
 		go func() { liveRes <- live.Lock(ctx) }()
-		waitQueued(t, rdb, name, 2)
+		e.waitQueued(t, rdb, name, 2)
 		require.NoError(t, holder.Unlock(ctx))
 		require.NoError(t, <-liveRes, "the follower must get the lock within the head grace, not the 5-minute slot")
 		require.NoError(t, live.Unlock(ctx))
@@ -217,7 +259,7 @@ func TestDeadHeadDoesNotStallForItsSlot(t *testing.T) {
 // H2: a waiter queued behind another while the lock is free must not poll
 // Redis in a loop (Redisson's script replies 0 and its client retries at once).
 func TestNoBusyPollingBehindFreeLock(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
@@ -225,19 +267,20 @@ func TestNoBusyPollingBehindFreeLock(t *testing.T) {
 		var evals atomic.Int64
 		waiterRDB.AddHook(countHook{&evals})
 		c := newClient(t, waiterRDB, fairlock.WithHeadGrace(time.Minute))
-		enqueueDead(t, rdb, name, "slow-head:1", 5*time.Minute) // the lock is free, this head is not coming
-		m := newMutex(t, c, name)
+		e.dead(t, rdb, name, "slow-head:1", 5*time.Minute) // the lock is free, this head is not coming
+		m := newMutex(t, c, name, e.opt)
 		wctx, cancel := context.WithCancel(ctx)
 		res := make(chan error, 1)
 		go func() { res <- m.Lock(wctx) }()
-		waitQueued(t, rdb, name, 2)
+		e.waitQueued(t, rdb, name, 2)
 		time.Sleep(300 * time.Millisecond) // a window in which a polling client would call thousands of times
 		cancel()
 		err := <-res
 		assert.True(t, errors.Is(err, context.Canceled), "%v", err)
 		// enqueue, one re-check after subscribing, and the give-up
 		assert.LessOrEqual(t, evals.Load(), int64(4), "script calls while waiting behind a free lock")
-		assert.Equal(t, []string{"slow-head:1"}, rdb.LRange(ctx, lua.KeysFor(name).Queue, 0, -1).Val())
+		order, _ := e.queue(t, rdb, name)
+		assert.Equal(t, []string{"slow-head:1"}, order)
 	})
 }
 
@@ -275,17 +318,18 @@ func TestHeadWithoutDeadlineDoesNotBlock(t *testing.T) {
 }
 
 func TestTryLockFailsWhileSomeoneIsQueued(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
 		c := newClient(t, b.Client(t))
-		enqueueDead(t, rdb, name, "queued:1", 5*time.Minute)
-		m := newMutex(t, c, name)
+		e.dead(t, rdb, name, "queued:1", 5*time.Minute)
+		m := newMutex(t, c, name, e.opt)
 		ok, err := m.TryLock(ctx)
 		require.NoError(t, err)
 		assert.False(t, ok, "the lock is free but someone is queued: the queue goes first")
-		assert.Equal(t, int64(1), rdb.LLen(ctx, lua.KeysFor(name).Queue).Val(), "TryLock never queues")
+		order, _ := e.queue(t, rdb, name)
+		assert.Equal(t, []string{"queued:1"}, order, "TryLock never queues")
 		locked, err := m.IsLocked(ctx)
 		require.NoError(t, err)
 		assert.False(t, locked)
@@ -293,11 +337,11 @@ func TestTryLockFailsWhileSomeoneIsQueued(t *testing.T) {
 }
 
 func TestReentrancy(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		c := newClient(t, b.Client(t))
 		name := redistest.Prefix(t) + "lock"
-		m, other := newMutex(t, c, name), newMutex(t, c, name)
+		m, other := newMutex(t, c, name, e.opt), newMutex(t, c, name, e.opt)
 		require.NoError(t, m.Lock(ctx))
 		ok, err := m.TryLock(ctx)
 		require.NoError(t, err)
@@ -344,24 +388,24 @@ func recordMessages(t testing.TB, rdb *redis.Client, name string) func() []strin
 }
 
 func TestUnlockWakesOnlyTheHead(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
 		messages := recordMessages(t, b.Client(t), name)
 		c := newClient(t, b.Client(t))
-		holder := newMutex(t, c, name)
+		holder := newMutex(t, c, name, e.opt)
 		require.NoError(t, holder.Lock(ctx))
 		var ms []*fair.Mutex
 		res := make(chan error, 3)
 		for i := 0; i < 3; i++ {
-			m := newMutex(t, c, name)
+			m := newMutex(t, c, name, e.opt)
 			ms = append(ms, m)
 			go func() {
 				err := m.Lock(ctx)
 				res <- err
 			}()
-			waitQueued(t, rdb, name, i+1)
+			e.waitQueued(t, rdb, name, i+1)
 		}
 		require.NoError(t, holder.Unlock(ctx))
 		require.NoError(t, <-res) // the head got it
@@ -386,16 +430,16 @@ func TestUnlockWakesOnlyTheHead(t *testing.T) {
 }
 
 func TestForceUnlockWakesTheHead(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
 		c := newClient(t, b.Client(t))
-		holder, waiter, admin := newMutex(t, c, name), newMutex(t, c, name), newMutex(t, c, name)
+		holder, waiter, admin := newMutex(t, c, name, e.opt), newMutex(t, c, name, e.opt), newMutex(t, c, name, e.opt)
 		require.NoError(t, holder.LockWithLease(ctx, time.Minute))
 		res := make(chan error, 1)
 		go func() { res <- waiter.Lock(ctx) }()
-		waitQueued(t, rdb, name, 1)
+		e.waitQueued(t, rdb, name, 1)
 		ok, err := admin.ForceUnlock(ctx)
 		require.NoError(t, err)
 		assert.True(t, ok)
@@ -405,18 +449,18 @@ func TestForceUnlockWakesTheHead(t *testing.T) {
 }
 
 func TestWaitRunsOutLeavesQueue(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
 		c := newClient(t, b.Client(t))
-		holder, waiter := newMutex(t, c, name), newMutex(t, c, name)
+		holder, waiter := newMutex(t, c, name, e.opt), newMutex(t, c, name, e.opt)
 		require.NoError(t, holder.Lock(ctx))
 		ok, err := waiter.TryLockFor(ctx, 100*time.Millisecond, 0)
 		require.NoError(t, err)
 		assert.False(t, ok)
 		k := lua.KeysFor(name)
-		assert.Zero(t, rdb.Exists(ctx, k.Queue, k.Timeouts).Val(), "the waiter left the queue")
+		assert.Zero(t, rdb.Exists(ctx, k.Queue, k.Timeouts, k.ScalableQueue()).Val(), "the waiter left the queue")
 		require.NoError(t, holder.Unlock(ctx))
 	})
 }
@@ -444,7 +488,7 @@ func (h cancelAfterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 }
 
 func TestCanceledWhileGrantedReleases(t *testing.T) {
-	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
@@ -453,12 +497,12 @@ func TestCanceledWhileGrantedReleases(t *testing.T) {
 		waiterRDB := b.Client(t)
 		waiterRDB.AddHook(cancelAfterHook{armed: armed, cancel: cancel})
 		c := newClient(t, waiterRDB)
-		m := newMutex(t, c, name)
+		m := newMutex(t, c, name, e.opt)
 		armed.Store(true)
 		err := m.Lock(wctx) // the script takes the lock, the caller sees a cancellation
 		assert.True(t, errors.Is(err, context.Canceled), "%v", err)
 		k := lua.KeysFor(name)
-		assert.Zero(t, rdb.Exists(ctx, k.Name, k.Queue, k.Timeouts).Val(), "never a lock held by nobody")
+		assert.Zero(t, rdb.Exists(ctx, k.Name, k.Queue, k.Timeouts, k.ScalableQueue()).Val(), "never a lock held by nobody")
 	})
 }
 
