@@ -128,7 +128,7 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	expired := func() bool { return !deadline.IsZero() && !time.Now().Before(deadline) }
 
 	attempt := func() (bool, int64, error) {
-		a.NowMs = time.Now().UnixMilli()
+		a.NowMs = m.S.WallMs()
 		ok, ttl, err := m.E.Try(ctx, a, o.Queue)
 		if ok && err == nil {
 			// Replica acknowledgement (replicas.go): an error here is
@@ -234,7 +234,7 @@ func (m *Mutex) cleanup(ctx context.Context, a lua.Args, queued, ambiguous bool)
 	m.mu.Unlock()
 	if extra {
 		a.RequestID = RequestID()
-		a.NowMs = time.Now().UnixMilli()
+		a.NowMs = m.S.WallMs()
 		_, _ = m.E.Unlock(cctx, a)
 	}
 }
@@ -333,7 +333,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	var err error
 	fresh := false
 	for try := 0; try < unlockRetries; try++ {
-		a.NowMs = time.Now().UnixMilli()
+		a.NowMs = m.S.WallMs()
 		res, err = m.E.Unlock(ctx, a)
 		if err == nil || isScriptError(err) {
 			break
@@ -391,7 +391,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if ctx == nil {
 		return false, fmt.Errorf("%w: nil context", ErrInvalidValue)
 	}
-	a := lua.Args{NowMs: time.Now().UnixMilli(), GraceMs: m.S.GraceMs(), PubCmd: m.S.PubCmd()}
+	a := lua.Args{NowMs: m.S.WallMs(), GraceMs: m.S.GraceMs(), PubCmd: m.S.PubCmd()}
 	ok, err := m.E.ForceUnlock(ctx, a)
 	if err != nil {
 		return false, fmt.Errorf("fairlock: force unlock %q: %w", m.Keys.Name, err)

@@ -84,7 +84,17 @@ type Session struct {
 	nextThread atomic.Int64
 	closeOnce  sync.Once
 	closed     atomic.Bool
+	skewMs     atomic.Int64 // test hook: added to the wall clock (SetClockSkew)
 }
+
+// WallMs is the client's wall clock in Unix milliseconds, as the fair-lock
+// scripts read it (their "now" argument): time.Now plus the test skew.
+func (s *Session) WallMs() int64 { return time.Now().UnixMilli() + s.skewMs.Load() }
+
+// SetClockSkew shifts this session's wall clock (WallMs) by d. It is a test
+// hook for fault tests that skew one client's clock; the local monotonic
+// clock that times leases and waits is not affected.
+func (s *Session) SetClockSkew(d time.Duration) { s.skewMs.Store(d.Milliseconds()) }
 
 // NewSession starts a session over rdb: the watchdog goroutine starts now,
 // the pub/sub connection at the first wait.
