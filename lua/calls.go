@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -19,8 +20,34 @@ type Args struct {
 	NowMs     int64  // fair lock: client clock
 	GraceMs   int64  // fair lock: head grace (0: off, Redisson's behaviour)
 	RequestID string // unlock: latch id, one per unlock call, reused on retry
-	LatchMs   int64  // unlock: latch lifetime
+	LatchMs   int64  // unlock and acquisition latch lifetime
+	AcquireID string // acquisition: latch id, one per acquisition call, reused on retry; "" for no latch
 	PubCmd    string // "publish" (default when empty) or "spublish"
+}
+
+// acquireLatch is the acquisition latch key (a placeholder when there is no
+// request id: the scripts then skip the latch, see acquireLatchMs).
+func (a Args) acquireLatch(k Keys) string { return k.AcquireLatch(a.AcquireID) }
+
+// acquireLatchMs is the latch lifetime sent with an acquisition: 0 (no
+// latch) without a request id.
+func (a Args) acquireLatchMs() int64 {
+	if a.AcquireID == "" {
+		return 0
+	}
+	return max(a.LatchMs, 1)
+}
+
+// ErrAbandoned is the reply to a copy of an acquisition request that its
+// caller had already given up on (abandon.lua): the copy changed nothing.
+var ErrAbandoned = errors.New("fairlock: acquisition request abandoned")
+
+// acquireErr maps the acquisition scripts' error replies to their errors.
+func acquireErr(err error) error {
+	if err != nil && strings.Contains(err.Error(), "acquisition request abandoned") {
+		return errors.Join(ErrAbandoned, err)
+	}
+	return mixed(err)
 }
 
 func (a Args) pubCmd() string {
@@ -89,10 +116,22 @@ func unlockResult(cmd *redis.Cmd) (UnlockResult, error) {
 	return NotHeld, fmt.Errorf("lua: unexpected unlock reply %d", n)
 }
 
-// Acquire runs acquire.lua (reads Owner, LeaseMs). It reports whether the
-// owner holds the lock now, and otherwise the holder's remaining lease in ms.
+// Acquire runs acquire.lua (reads Owner, LeaseMs, AcquireID, LatchMs). It
+// reports whether the owner holds the lock now, and otherwise the holder's
+// remaining lease in ms.
 func (s *Scripts) Acquire(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
-	return nilOrInt(s.Script(FileAcquire).Run(ctx, rdb, k.acquireKeys(), a.LeaseMs, a.Owner))
+	acquired, ttlMs, err = nilOrInt(s.Script(FileAcquire).Run(ctx, rdb,
+		[]string{k.Name, a.acquireLatch(k)}, a.LeaseMs, a.Owner, a.acquireLatchMs()))
+	return acquired, ttlMs, acquireErr(err)
+}
+
+// Abandon runs abandon.lua (reads Owner, AcquireID, LatchMs): the request
+// AcquireID is given up, so late copies of it do nothing. It reports whether
+// a copy had taken the lock and the owner still holds it; that hold is then
+// the caller's to give back.
+func (s *Scripts) Abandon(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (held bool, err error) {
+	n, err := s.Script(FileAbandon).Run(ctx, rdb, []string{k.Name, a.acquireLatch(k)}, a.Owner, max(a.LatchMs, 1)).Int64()
+	return n == 1, err
 }
 
 // Unlock runs unlock.lua (reads Owner, LeaseMs, RequestID, LatchMs, PubCmd).
@@ -139,8 +178,8 @@ func (s *Scripts) Renew(ctx context.Context, rdb redis.Scripter, names, owners [
 // It never queues.
 func (s *Scripts) FairTryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, err error) {
 	acquired, _, err = nilOrInt(s.Script(FileFairTryLock).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue()}, a.LeaseMs, a.Owner, a.NowMs, a.WaitMs))
-	return acquired, mixed(err)
+		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), a.acquireLatch(k)}, a.LeaseMs, a.Owner, a.NowMs, a.WaitMs, a.acquireLatchMs()))
+	return acquired, acquireErr(err)
 }
 
 // FairTryLockWait runs fair_try_lock_wait.lua (reads Owner, LeaseMs, WaitMs,
@@ -148,8 +187,8 @@ func (s *Scripts) FairTryLock(ctx context.Context, rdb redis.Scripter, k Keys, a
 // acquired, ttlMs is how long to wait before trying again (see the script).
 func (s *Scripts) FairTryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
 	acquired, ttlMs, err = nilOrInt(s.Script(FileFairTryLockWait).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue()}, a.LeaseMs, a.Owner, a.WaitMs, a.NowMs, a.GraceMs))
-	return acquired, ttlMs, mixed(err)
+		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), a.acquireLatch(k)}, a.LeaseMs, a.Owner, a.WaitMs, a.NowMs, a.GraceMs, a.acquireLatchMs()))
+	return acquired, ttlMs, acquireErr(err)
 }
 
 // FairAcquireFailed runs fair_acquire_failed.lua (reads Owner, WaitMs, PubCmd).
@@ -176,12 +215,4 @@ func (s *Scripts) FairForceUnlock(ctx context.Context, rdb redis.Scripter, k Key
 	_, n, err := nilOrInt(s.Script(FileFairForceUnlock).Run(ctx, rdb,
 		[]string{k.Name, k.Queue, k.Timeouts, k.Channel, k.ScalableQueue()}, UnlockMessage, a.NowMs, a.pubCmd(), a.GraceMs))
 	return n == 1, mixed(err)
-}
-
-// acquireKeys is KEYS of acquire.lua. go-redis only reads it.
-func (k Keys) acquireKeys() []string {
-	if k.nameOnly == nil {
-		return []string{k.Name}
-	}
-	return k.nameOnly
 }

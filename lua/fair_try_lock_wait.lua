@@ -5,11 +5,13 @@
 -- KEYS[2]  queue
 -- KEYS[3]  timeouts
 -- KEYS[4]  scalable queue "fairlock_squeue:{name}" (not in Redisson: refused if it exists)
+-- KEYS[5]  acquisition latch (not in Redisson; see latch_common.lua)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner id
 -- ARGV[3]  the caller's wait slot in milliseconds
 -- ARGV[4]  now: client clock, Unix milliseconds
 -- ARGV[5]  head grace in milliseconds (not in Redisson; <= 0 turns it off)
+-- ARGV[6]  latch lifetime in milliseconds (0: no latch)
 --
 -- Reply: "OK" when ARGV[2] now holds the lock (Redisson: nil, see
 -- acquire.lua). Otherwise the milliseconds to
@@ -31,8 +33,13 @@ local refused = refuse_scalable(KEYS[4], KEYS[1])
 if refused then
     return refused
 end
+local replay = latch_check(KEYS[5], ARGV[6], KEYS[1], owner)
+if replay then
+    return replay
+end
 prune_stale_heads(queue, timeouts, now)
 if take_or_reenter(lock, queue, timeouts, owner, ARGV[1], wait) then
+    latch_grant(KEYS[5], ARGV[6])
     return 'OK'
 end
 

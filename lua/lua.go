@@ -41,6 +41,8 @@ const (
 	queuePrefix   = "redisson_lock_queue"
 	timeoutPrefix = "redisson_lock_timeout"
 	latchPrefix   = "redisson_unlock_latch"
+	// Not in Redisson: the acquisition latch (latch_common.lua).
+	acquireLatchPrefix = "fairlock_acquire_latch"
 )
 
 // ErrInvalidName reports a lock name that cannot be used: empty, or with
@@ -88,8 +90,8 @@ type Keys struct {
 	Queue    string // redisson_lock_queue:{name} (fair lock)
 	Timeouts string // redisson_lock_timeout:{name} (fair lock)
 	latch    string
-	squeue   string   // the scalable engine's queue, see ScalableQueue
-	nameOnly []string // {Name}: KEYS of acquire.lua, built once
+	alatch   string
+	squeue   string // the scalable engine's queue, see ScalableQueue
 }
 
 // KeysFor returns the keys of the lock called name. It does not validate the
@@ -101,13 +103,22 @@ func KeysFor(name string) Keys {
 		Queue:    prefixName(queuePrefix, name),
 		Timeouts: prefixName(timeoutPrefix, name),
 		latch:    prefixName(latchPrefix, name),
+		alatch:   prefixName(acquireLatchPrefix, name),
 		squeue:   prefixName(squeuePrefix, name),
-		nameOnly: []string{name},
 	}
 }
 
 // Latch is the unlock latch key of one unlock call.
 func (k Keys) Latch(requestID string) string { return k.latch + ":" + requestID }
+
+// AcquireLatch is the acquisition latch key of one acquisition call
+// (latch_common.lua): "fairlock_acquire_latch:{name}:<request-id>".
+func (k Keys) AcquireLatch(requestID string) string {
+	if k.alatch == "" {
+		return prefixName(acquireLatchPrefix, k.Name) + ":" + requestID
+	}
+	return k.alatch + ":" + requestID
+}
 
 // WaiterChannel is the fair lock's per-waiter channel of owner.
 func (k Keys) WaiterChannel(owner string) string { return k.Channel + ":" + owner }
@@ -128,30 +139,37 @@ const (
 	FileFairAcquireFailed = "fair_acquire_failed.lua"
 	FileFairUnlock        = "fair_unlock.lua"
 	FileFairForceUnlock   = "fair_force_unlock.lua"
+	FileAbandon           = "abandon.lua"
 	fileFairCommon        = "fair_common.lua"
+	fileLatchCommon       = "latch_common.lua"
 )
 
 // Files lists every script, in a fixed order.
 var Files = []string{
-	FileAcquire, FileUnlock, FileForceUnlock, FileRenew,
+	FileAcquire, FileUnlock, FileForceUnlock, FileRenew, FileAbandon,
 	FileFairTryLock, FileFairTryLockWait, FileFairAcquireFailed, FileFairUnlock, FileFairForceUnlock,
 }
 
 // Source returns the text of a script as it is sent to Redis: the file, with
-// fair_common.lua in front of it for the fair-lock scripts.
+// latch_common.lua in front of it, and fair_common.lua too for the fair-lock
+// scripts.
 func Source(file string) string {
 	body, err := files.ReadFile(file)
 	if err != nil {
 		panic("lua: no script " + file)
 	}
 	if !strings.HasPrefix(file, "fair_") {
-		return string(body)
+		return mustRead(fileLatchCommon) + string(body)
 	}
-	common, err := files.ReadFile(fileFairCommon)
+	return mustRead(fileLatchCommon) + mustRead(fileFairCommon) + string(body)
+}
+
+func mustRead(file string) string {
+	b, err := files.ReadFile(file)
 	if err != nil {
-		panic("lua: missing " + fileFairCommon)
+		panic("lua: missing " + file)
 	}
-	return string(common) + string(body)
+	return string(b)
 }
 
 // Scripts is one loaded set of the scripts. Default is the real set; tests

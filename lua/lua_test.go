@@ -5,6 +5,9 @@ import (
 	"errors"
 	"os"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -98,5 +101,78 @@ func TestReentrantScriptContract(t *testing.T) {
 		renewed, err := s.Renew(ctx, rdb, []string{k.Name}, []string{"u:1"}, 1000)
 		require.NoError(t, err)
 		assert.Equal(t, []bool{false}, renewed)
+	})
+}
+
+// The acquisition latch (latch_common.lua): copies of one request count once,
+// and a request given up with Abandon does nothing when a copy arrives late.
+// Every acquisition script of every engine keeps it.
+func TestAcquisitionLatch(t *testing.T) {
+	type acquire func(ctx context.Context, rdb *redis.Client, k lua.Keys, a lua.Args) (bool, error)
+	scripts := map[string]acquire{
+		"reentrant": func(ctx context.Context, rdb *redis.Client, k lua.Keys, a lua.Args) (bool, error) {
+			ok, _, err := lua.Default.Acquire(ctx, rdb, k, a)
+			return ok, err
+		},
+		"fair-try": func(ctx context.Context, rdb *redis.Client, k lua.Keys, a lua.Args) (bool, error) {
+			return lua.Default.FairTryLock(ctx, rdb, k, a)
+		},
+		"fair-wait": func(ctx context.Context, rdb *redis.Client, k lua.Keys, a lua.Args) (bool, error) {
+			ok, _, err := lua.Default.FairTryLockWait(ctx, rdb, k, a)
+			return ok, err
+		},
+		"scalable-try": func(ctx context.Context, rdb *redis.Client, k lua.Keys, a lua.Args) (bool, error) {
+			return lua.ScalableDefault.TryLock(ctx, rdb, k, a)
+		},
+		"scalable-wait": func(ctx context.Context, rdb *redis.Client, k lua.Keys, a lua.Args) (bool, error) {
+			ok, _, err := lua.ScalableDefault.TryLockWait(ctx, rdb, k, a)
+			return ok, err
+		},
+	}
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		for name, try := range scripts {
+			t.Run(name, func(t *testing.T) {
+				k := lua.KeysFor(redistest.Prefix(t) + "lock")
+				now := int64(1_000_000)
+				a := lua.Args{Owner: "u:1", LeaseMs: 30000, WaitMs: 60000, NowMs: now, AcquireID: "acq1", LatchMs: 10000}
+
+				// Two copies of one request: one hold.
+				for range 2 {
+					ok, err := try(ctx, rdb, k, a)
+					require.NoError(t, err)
+					require.True(t, ok)
+				}
+				assert.Equal(t, "1", rdb.HGet(ctx, k.Name, "u:1").Val(), "a repeated request counts once")
+				// A new request (re-entry) counts.
+				a2 := a
+				a2.AcquireID = "acq2"
+				ok, err := try(ctx, rdb, k, a2)
+				require.NoError(t, err)
+				require.True(t, ok)
+				assert.Equal(t, "2", rdb.HGet(ctx, k.Name, "u:1").Val())
+
+				// Abandoning a request that took a hold reports it, and a late copy is refused.
+				held, err := lua.Default.Abandon(ctx, rdb, k, a2)
+				require.NoError(t, err)
+				assert.True(t, held, "abandon reports the hold the request took")
+				_, err = try(ctx, rdb, k, a2)
+				require.ErrorIs(t, err, lua.ErrAbandoned)
+				assert.Equal(t, "2", rdb.HGet(ctx, k.Name, "u:1").Val(), "an abandoned copy changes nothing")
+
+				// Another owner's abandoned request neither takes the lock nor queues.
+				require.NoError(t, rdb.Del(ctx, k.Name).Err())
+				b := lua.Args{Owner: "u:2", LeaseMs: 30000, WaitMs: 60000, NowMs: now, AcquireID: "acq3", LatchMs: 10000}
+				held, err = lua.Default.Abandon(ctx, rdb, k, b)
+				require.NoError(t, err)
+				assert.False(t, held)
+				_, err = try(ctx, rdb, k, b)
+				require.ErrorIs(t, err, lua.ErrAbandoned)
+				assert.Zero(t, rdb.Exists(ctx, k.Name, k.Queue, k.Timeouts, k.ScalableQueue()).Val(), "nothing taken, nothing queued")
+				ttl := rdb.PTTL(ctx, k.AcquireLatch("acq3")).Val()
+				assert.True(t, ttl > 0 && ttl <= 10*time.Second, "the latch expires: %v", ttl)
+			})
+		}
 	})
 }

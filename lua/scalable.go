@@ -59,11 +59,7 @@ func ScalableSource(file string) string {
 	if err != nil || !strings.HasPrefix(file, "scalable_") {
 		panic("lua: no scalable script " + file)
 	}
-	common, err := files.ReadFile(fileScalableCommon)
-	if err != nil {
-		panic("lua: missing " + fileScalableCommon)
-	}
-	return string(common) + string(body)
+	return mustRead(fileLatchCommon) + mustRead(fileScalableCommon) + string(body)
 }
 
 // ScalableScripts is one loaded set of the scalable engine's scripts.
@@ -115,16 +111,16 @@ func mixed(err error) error {
 // as FairTryLock. It never queues.
 func (s *ScalableScripts) TryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, err error) {
 	acquired, _, err = nilOrInt(s.Script(FileScalableTryLock).Run(ctx, rdb,
-		[]string{k.Name, k.ScalableQueue(), k.Queue, k.Timeouts}, a.LeaseMs, a.Owner, a.NowMs, a.WaitMs))
-	return acquired, mixed(err)
+		[]string{k.Name, k.ScalableQueue(), k.Queue, k.Timeouts, a.acquireLatch(k)}, a.LeaseMs, a.Owner, a.NowMs, a.WaitMs, a.acquireLatchMs()))
+	return acquired, acquireErr(err)
 }
 
 // TryLockWait runs scalable_try_lock_wait.lua (reads Owner, LeaseMs, WaitMs,
 // NowMs, GraceMs), as FairTryLockWait.
 func (s *ScalableScripts) TryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
 	acquired, ttlMs, err = nilOrInt(s.Script(FileScalableTryLockWait).Run(ctx, rdb,
-		[]string{k.Name, k.ScalableQueue(), k.Queue, k.Timeouts}, a.LeaseMs, a.Owner, a.WaitMs, a.NowMs, a.GraceMs))
-	return acquired, ttlMs, mixed(err)
+		[]string{k.Name, k.ScalableQueue(), k.Queue, k.Timeouts, a.acquireLatch(k)}, a.LeaseMs, a.Owner, a.WaitMs, a.NowMs, a.GraceMs, a.acquireLatchMs()))
+	return acquired, ttlMs, acquireErr(err)
 }
 
 // AcquireFailed runs scalable_acquire_failed.lua (reads Owner, WaitMs,

@@ -7,11 +7,13 @@
 -- KEYS[2]  squeue "fairlock_squeue:{name}"
 -- KEYS[3]  "redisson_lock_queue:{name}"   (must not exist: see refuse_mixed)
 -- KEYS[4]  "redisson_lock_timeout:{name}" (must not exist)
+-- KEYS[5]  acquisition latch (not in Redisson; see latch_common.lua)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner id
 -- ARGV[3]  the caller's wait slot in milliseconds
 -- ARGV[4]  now: client clock, Unix milliseconds
 -- ARGV[5]  head grace in milliseconds (<= 0 turns it off)
+-- ARGV[6]  latch lifetime in milliseconds (0: no latch)
 --
 -- Reply: as fair_try_lock_wait.lua: "OK" when ARGV[2] holds the lock,
 -- otherwise the milliseconds to wait before trying again; an error reply when
@@ -24,8 +26,13 @@ local mixed = refuse_mixed(lock, KEYS[3], KEYS[4])
 if mixed then
     return mixed
 end
+local replay = latch_check(KEYS[5], ARGV[6], KEYS[1], owner)
+if replay then
+    return replay
+end
 prune_stale_heads(sq, now)
 if take_or_reenter(lock, sq, owner, ARGV[1], wait) then
+    latch_grant(KEYS[5], ARGV[6])
     return 'OK'
 end
 

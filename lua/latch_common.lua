@@ -1,0 +1,38 @@
+-- latch_common.lua: the acquisition latch (not in Redisson), prepended by
+-- package lua to every script, so each stays one atomic EVAL.
+--
+-- One acquisition call (Lock, TryLock, ...) sends its script with one request
+-- id, reused when the call is retried (by go-redis after a timeout, or by the
+-- library), and copies of one request may reach Redis late: a server that was
+-- stopped runs every buffered copy when it resumes. The latch
+-- "fairlock_acquire_latch:{name}:<request-id>" makes the copies count once:
+--   absent   no copy has taken the lock yet: run normally;
+--   'held'   a copy took the lock: a later copy replies "OK" again without
+--            adding a second hold, as long as the owner still holds the lock;
+--   'void'   the caller gave up on the request (abandon.lua): a late copy
+--            does nothing at all (it neither takes the lock nor queues).
+-- A latch lives ttl milliseconds from the copy that wrote it; ttl 0 (an
+-- acquisition sent with no request id) skips the latch.
+
+-- Before anything else: returns the reply to give at once, or nil to run.
+local function latch_check(latch, ttl, lock, owner)
+    if tonumber(ttl) <= 0 then
+        return nil
+    end
+    local state = redis.call('get', latch)
+    if state == 'void' then
+        return redis.error_reply('fairlock: acquisition request abandoned')
+    end
+    if state == 'held' and redis.call('hexists', lock, owner) == 1 then
+        return 'OK'
+    end
+    return nil
+end
+
+-- After the owner took or re-entered the lock.
+local function latch_grant(latch, ttl)
+    if tonumber(ttl) > 0 then
+        redis.call('set', latch, 'held', 'px', ttl)
+    end
+end
+
