@@ -87,13 +87,19 @@ func WithWaitSlot(d time.Duration) Option { return func(c *core.Config) { c.Wait
 // Redisson's behaviour: a dead head then blocks the queue for its whole slot.
 func WithHeadGrace(d time.Duration) Option { return func(c *core.Config) { c.HeadGrace = d } }
 
-// WithLatchTTL sets how long an unlock's outcome is kept so that a retried
-// unlock returns it. Default 10 s.
+// WithLatchTTL sets how long the outcome of an unlock or an acquisition is
+// kept in Redis (a small key per call), so that a retried or late copy of
+// the call returns it instead of acting twice. A copy that reaches Redis
+// later than this after the first one (a network stall longer than the
+// latch) is not recognised. Default 10 s.
 func WithLatchTTL(d time.Duration) Option { return func(c *core.Config) { c.LatchTTL = d } }
 
 // WithCleanupTimeout bounds the work done after a caller's context has
-// ended: Unlock with a dead context, and leaving the queue after a cancelled
-// wait. Default 5 s.
+// ended: Unlock with a dead context, and leaving the queue (or voiding an
+// acquisition whose outcome is unknown) after a cancelled wait. A call whose
+// context ends returns within its deadline plus this bound; what could not
+// be done in time (Redis unreachable) is retried in the background. It also
+// bounds the releases Close makes. Default 2 s.
 func WithCleanupTimeout(d time.Duration) Option { return func(c *core.Config) { c.CleanupTime = d } }
 
 // WithRenewBatch sets how many locks one renewal call covers. Default 100.
@@ -122,8 +128,11 @@ func WithReplicaAck(timeout time.Duration) Option {
 }
 
 // NewClient makes a Client over rdb (a *redis.Client, *redis.ClusterClient,
-// a Sentinel-backed client, or any redis.UniversalClient). It sends nothing
-// to Redis yet. Close does not close rdb.
+// a Sentinel-backed client, or any redis.UniversalClient), with any of
+// go-redis's settings: every call the locks make is bounded by its context
+// whether or not rdb has ContextTimeoutEnabled (see docs/design.md). It sends
+// nothing to Redis yet. A nil rdb, typed or not, is refused with
+// ErrInvalidValue. Close does not close rdb.
 func NewClient(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	var cfg core.Config
 	for _, o := range opts {
@@ -136,11 +145,31 @@ func NewClient(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	return &Client{s: s}, nil
 }
 
-// ID is the client's UUID, the first part of its owner ids.
-func (c *Client) ID() string { return c.s.ID }
+// ID is the client's UUID, the first part of its owner ids ("" for a zero
+// Client).
+func (c *Client) ID() string {
+	if c == nil || c.s == nil {
+		return ""
+	}
+	return c.s.ID
+}
 
-// Close stops the watchdog and the shared subscription. Locks still held
-// are not released: their leases run out (at most the watchdog lease). Waits
-// in progress get no more wake-ups and end at their next lease check; new
-// acquisitions fail with ErrClosed. Close does not close the Redis client.
-func (c *Client) Close() error { return c.s.Close() }
+// Close ends everything the client started. After it returns:
+//   - every lock call still waiting has returned ErrClosed and left its
+//     place in a fair queue (or, Redis being unreachable, gave up trying
+//     within the cleanup timeout);
+//   - every hold has ended: its Done channel is closed and Err matches
+//     ErrClosed; each held lock was released in Redis, best effort, within
+//     the cleanup timeout (WithCleanupTimeout); a release that could not be
+//     made then ends with the lock's lease;
+//   - new acquisitions fail with ErrClosed;
+//   - the watchdog and the pub/sub connections are stopped.
+//
+// Close never waits more than about twice the cleanup timeout. It does not
+// close the Redis client. Closing a zero Client, or closing twice, is a no-op.
+func (c *Client) Close() error {
+	if c == nil || c.s == nil {
+		return nil
+	}
+	return c.s.Close()
+}

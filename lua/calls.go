@@ -42,10 +42,20 @@ func (a Args) acquireLatchMs() int64 {
 // caller had already given up on (abandon.lua): the copy changed nothing.
 var ErrAbandoned = errors.New("fairlock: acquisition request abandoned")
 
+// ErrGrantOver is the reply to a copy of an acquisition request that an
+// earlier copy had granted, when that hold is over (released or lost): the
+// copy changed nothing. A caller that sees it must use a new request id.
+var ErrGrantOver = errors.New("fairlock: acquisition request already granted and its hold is over")
+
 // acquireErr maps the acquisition scripts' error replies to their errors.
 func acquireErr(err error) error {
-	if err != nil && strings.Contains(err.Error(), "acquisition request abandoned") {
+	switch {
+	case err == nil:
+		return nil
+	case strings.Contains(err.Error(), "acquisition request abandoned"):
 		return errors.Join(ErrAbandoned, err)
+	case strings.Contains(err.Error(), "already granted and its hold is over"):
+		return errors.Join(ErrGrantOver, err)
 	}
 	return mixed(err)
 }
@@ -148,10 +158,22 @@ func (s *Scripts) ForceUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a
 	return n == 1, err
 }
 
-// Renew runs renew.lua over names (all in one cluster slot) with their
-// owners, resetting each still-held lease to leaseMs. renewed[i] reports
-// whether names[i] was still held by owners[i].
-func (s *Scripts) Renew(ctx context.Context, rdb redis.Scripter, names, owners []string, leaseMs int64) (renewed []bool, err error) {
+// RenewStatus is the outcome of renew.lua for one lock.
+type RenewStatus int8
+
+const (
+	// RenewOK: still held by its owner; the lease was reset.
+	RenewOK RenewStatus = 1
+	// RenewGone: not held by its owner (gone, or held by another).
+	RenewGone RenewStatus = 0
+	// RenewWrongType: the key holds another type.
+	RenewWrongType RenewStatus = -1
+)
+
+// RenewEach runs renew.lua over names (all in one cluster slot) with their
+// owners, resetting each still-held lease to leaseMs, and reports each
+// lock's status.
+func (s *Scripts) RenewEach(ctx context.Context, rdb redis.Scripter, names, owners []string, leaseMs int64) ([]RenewStatus, error) {
 	if len(names) != len(owners) {
 		panic("lua: Renew needs one owner per name")
 	}
@@ -167,9 +189,23 @@ func (s *Scripts) Renew(ctx context.Context, rdb redis.Scripter, names, owners [
 	if len(v) != len(names) {
 		return nil, fmt.Errorf("lua: renew replied %d results for %d keys", len(v), len(names))
 	}
-	renewed = make([]bool, len(v))
+	st := make([]RenewStatus, len(v))
 	for i, r := range v {
-		renewed[i] = r == 1
+		st[i] = RenewStatus(r)
+	}
+	return st, nil
+}
+
+// Renew is RenewEach reporting only whether each lock was still held (and
+// renewed).
+func (s *Scripts) Renew(ctx context.Context, rdb redis.Scripter, names, owners []string, leaseMs int64) (renewed []bool, err error) {
+	st, err := s.RenewEach(ctx, rdb, names, owners, leaseMs)
+	if err != nil {
+		return nil, err
+	}
+	renewed = make([]bool, len(st))
+	for i, r := range st {
+		renewed[i] = r == RenewOK
 	}
 	return renewed, nil
 }

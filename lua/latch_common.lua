@@ -8,7 +8,10 @@
 -- "fairlock_acquire_latch:{name}:<request-id>" makes the copies count once:
 --   absent   no copy has taken the lock yet: run normally;
 --   'held'   a copy took the lock: a later copy replies "OK" again without
---            adding a second hold, as long as the owner still holds the lock;
+--            adding a second hold while the owner still holds the lock, and
+--            once it does not (released, or lost), an error: the request was
+--            granted and its hold is over, so a late copy never takes the
+--            lock again;
 --   'void'   the caller gave up on the request (abandon.lua): a late copy
 --            does nothing at all (it neither takes the lock nor queues).
 -- A latch lives ttl milliseconds from the copy that wrote it; ttl 0 (an
@@ -23,8 +26,11 @@ local function latch_check(latch, ttl, lock, owner)
     if state == 'void' then
         return redis.error_reply('fairlock: acquisition request abandoned')
     end
-    if state == 'held' and redis.call('hexists', lock, owner) == 1 then
-        return 'OK'
+    if state == 'held' then
+        if redis.call('hexists', lock, owner) == 1 then
+            return 'OK'
+        end
+        return redis.error_reply('fairlock: acquisition request already granted and its hold is over')
     end
     return nil
 end

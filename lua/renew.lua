@@ -5,10 +5,15 @@
 -- ARGV[i+1]   owner id expected in KEYS[i]
 --
 -- Reply: an array of n integers: 1 when KEYS[i] is still held by ARGV[i+1] and
--- its lease was reset to ARGV[1], 0 when it is not (gone, or held by another).
+-- its lease was reset to ARGV[1], 0 when it is not (gone, or held by another),
+-- -1 when KEYS[i] holds another type (not in Redisson: there one such key
+-- fails the whole batch; here it fails only itself).
 local renewed = {}
 for i, key in ipairs(KEYS) do
-    if redis.call('hexists', key, ARGV[i + 1]) == 1 then
+    local held = redis.pcall('hexists', key, ARGV[i + 1])
+    if type(held) == 'table' then
+        renewed[i] = -1
+    elseif held == 1 then
         redis.call('pexpire', key, ARGV[1])
         renewed[i] = 1
     else

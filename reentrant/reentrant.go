@@ -153,8 +153,17 @@ func (m *Mutex) RemainingLease(ctx context.Context) (time.Duration, error) {
 func (m *Mutex) Done() <-chan struct{} { return m.m.Done() }
 
 // Err is nil while the lock is held and after a release; after a loss it
-// is an error matching ErrLost that says why.
+// is an error matching ErrLost that says why; after the client was closed
+// with the lock held, one matching ErrClosed.
 func (m *Mutex) Err() error { return m.m.Err() }
+
+// ValidUntil is the local instant until which this handle's current hold is
+// known to be valid: the send time of its latest acquisition or confirmed
+// renewal plus the lease, less a drift margin (1% of the lease plus 2 ms).
+// Redis cannot expire the lock before then; Done closes when it passes with
+// no renewal confirmed. Check it before a write that must happen under the
+// lock (or, better, use a fencing token). Zero when nothing is held.
+func (m *Mutex) ValidUntil() time.Time { return m.m.ValidUntil() }
 
 type engine struct {
 	s *core.Session

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,14 +46,32 @@ type Mutex struct {
 
 // hold is one period of holding the lock, from the first acquisition to the
 // release of the last hold or the loss of the lock.
+//
+// Its validity is kept on the local monotonic clock (Redlock's rule): an
+// acquisition or renewal sent at t makes the hold valid until
+// t + lease - drift, since Redis starts the lease no earlier than it
+// receives the request. When validity runs out with no renewal confirmed,
+// the hold ends as lost, whatever Redis calls are still in flight: so the
+// holder's believed-valid window never outlasts Redis's own lease.
 type hold struct {
-	m       *Mutex
-	done    chan struct{} // made on the first call to Done
-	ended   bool
-	err     error
-	leaseMs int64 // lease set by the latest acquisition (Redisson's internalLockLeaseTime)
-	wd      *watchdog.Entry
-	timer   *time.Timer
+	m          *Mutex
+	done       chan struct{} // made on the first call to Done
+	ended      bool
+	err        error
+	leaseMs    int64 // lease set by the latest acquisition (Redisson's internalLockLeaseTime)
+	watchdog   bool  // kept by the watchdog
+	wd         *watchdog.Entry
+	validUntil time.Time
+	timer      *time.Timer // fires at validUntil
+}
+
+// Drift is the margin taken off every lease when computing a hold's
+// validity: Redlock's clock-drift allowance, 1% of the lease plus 2 ms.
+func Drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }
+
+func validity(sent time.Time, leaseMs int64) time.Time {
+	l := time.Duration(leaseMs) * time.Millisecond
+	return sent.Add(l - Drift(l))
 }
 
 // NewMutex validates name and builds a handle with a fresh owner id, or
@@ -87,13 +106,17 @@ type AcquireOpts struct {
 
 func canceled(err error) error { return fmt.Errorf("%w: %w", ErrCanceled, err) }
 
+var errNilCtx = fmt.Errorf("%w: nil context", ErrInvalidValue)
+
 // Acquire acquires the lock as o says. It reports false with a nil error when
 // the wait ran out; a wait ended by ctx returns an error matching both
-// ErrCanceled and ctx.Err(). Whenever it returns without the lock, the owner
-// is no longer queued and holds nothing it did not hold before.
+// ErrCanceled and ctx.Err(); one ended by Close returns ErrClosed. Whenever
+// it returns without the lock, the owner holds nothing it did not hold
+// before and is no longer queued, or, when Redis cannot be reached, will be
+// taken out of the queue by a background retry as soon as it can.
 func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	if ctx == nil {
-		return false, fmt.Errorf("%w: nil context", ErrInvalidValue)
+		return false, errNilCtx
 	}
 	if o.Lease < 0 || o.Slot < 0 || (o.Wait < 0 && o.Wait != Forever) {
 		return false, fmt.Errorf("%w: lease %v, wait %v, slot %v", ErrInvalidValue, o.Lease, o.Wait, o.Slot)
@@ -101,22 +124,25 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	if o.Lease > 0 && o.Lease < time.Millisecond {
 		return false, fmt.Errorf("%w: lease %v is under 1ms", ErrInvalidValue, o.Lease)
 	}
-	if m.S.Closed() {
-		return false, ErrClosed
-	}
 	if err := ctx.Err(); err != nil {
 		return false, canceled(err)
 	}
+	if !m.S.begin() {
+		return false, ErrClosed
+	}
+	defer m.S.end()
+	userCtx := ctx
+	ctx, unbind := m.S.bind(ctx)
+	defer unbind()
+
 	cfg := &m.S.Config
 	a := lua.Args{
-		Owner:   m.Owner,
-		LeaseMs: cfg.Lease.Milliseconds(),
-		WaitMs:  cfg.WaitSlot.Milliseconds(),
-		GraceMs: m.S.GraceMs(),
-		PubCmd:  m.S.PubCmd(),
-	}
-	if o.Lease > 0 {
-		a.LeaseMs = o.Lease.Milliseconds()
+		Owner:     m.Owner,
+		WaitMs:    cfg.WaitSlot.Milliseconds(),
+		GraceMs:   m.S.GraceMs(),
+		PubCmd:    m.S.PubCmd(),
+		AcquireID: RequestID(),
+		LatchMs:   cfg.LatchTTL.Milliseconds(),
 	}
 	if o.Slot > 0 {
 		a.WaitMs = max(1, o.Slot.Milliseconds())
@@ -126,40 +152,77 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		deadline = time.Now().Add(o.Wait)
 	}
 	expired := func() bool { return !deadline.IsZero() && !time.Now().Before(deadline) }
+	// suspect: an attempt may have left a copy of the request that reaches
+	// Redis later (it failed, or lasted long enough for go-redis to time
+	// out and resend). Leaving without the lock then voids the request.
+	suspect := false
 
 	attempt := func() (bool, int64, error) {
 		a.NowMs = m.S.WallMs()
-		ok, ttl, err := m.E.Try(ctx, a, o.Queue)
-		if ok && err == nil {
-			// Replica acknowledgement (replicas.go): an error here is
-			// handled as an ambiguous attempt, whose cleanup undoes the hold.
-			if err = m.S.ConfirmAcquire(ctx, m.Keys.Name, m.Owner); err != nil {
-				ok = false
-			}
+		var watchdogKept bool
+		a.LeaseMs, watchdogKept = m.leaseFor(o.Lease)
+		sent := time.Now()
+		args := a // the call may outlive this attempt: it gets its own copy
+		ok, ttl, err := call2(ctx, func(ctx context.Context) (bool, int64, error) { return m.E.Try(ctx, args, o.Queue) })
+		if (err != nil && !isScriptError(err)) || time.Since(sent) >= m.S.resendAfter {
+			suspect = true
 		}
-		return ok, ttl, err
+		if errors.Is(err, lua.ErrGrantOver) {
+			// An earlier copy of this request was granted and that hold
+			// is already over: nothing to undo; go on with a new id.
+			a.AcquireID = RequestID()
+			return false, 0, nil
+		}
+		if err != nil || !ok {
+			return false, ttl, err
+		}
+		// Replica acknowledgement (replicas.go): an error here is
+		// handled as an ambiguous attempt, whose cleanup undoes the hold.
+		if err := callErr(ctx, func(ctx context.Context) error {
+			return m.S.ConfirmAcquire(ctx, m.Keys.Name, m.Owner)
+		}); err != nil {
+			suspect = true // the request holds the lock: leaving gives it back
+			return false, 0, err
+		}
+		if !time.Now().Before(validity(sent, a.LeaseMs)) {
+			// The lease ran out before the reply was in hand (a slow
+			// network, a long replica wait): give the hold back and go on
+			// with a new request id.
+			m.undo(a, true)
+			a.AcquireID = RequestID()
+			suspect = false
+			return false, 0, nil
+		}
+		if !m.granted(sent, a.LeaseMs, watchdogKept) {
+			m.undo(a, true) // closed meanwhile
+			return false, 0, ErrClosed
+		}
+		return true, 0, nil
 	}
-	giveUp := func(err error, ambiguous bool) (bool, error) {
-		m.cleanup(ctx, a, o.Queue, ambiguous && !notSent(err))
+	giveUp := func(err error) (bool, error) {
+		m.cleanup(a, o.Queue, suspect, o.Slot)
 		switch {
-		case ctx.Err() != nil && err != nil:
-			return false, fmt.Errorf("%w: %w", canceled(ctx.Err()), err)
-		case ctx.Err() != nil:
-			return false, canceled(ctx.Err())
+		case errors.Is(err, ErrClosed) || (userCtx.Err() == nil && errors.Is(context.Cause(ctx), ErrClosed)):
+			return false, ErrClosed
+		case userCtx.Err() != nil && err != nil:
+			return false, fmt.Errorf("%w: %w", canceled(userCtx.Err()), err)
+		case userCtx.Err() != nil:
+			return false, canceled(userCtx.Err())
+		case err != nil:
+			return false, fmt.Errorf("fairlock: acquire %q: %w", m.Keys.Name, err)
 		}
-		return false, err
+		return false, nil
 	}
 
 	ok, ttl, err := attempt()
 	if err != nil {
-		return giveUp(fmt.Errorf("fairlock: acquire %q: %w", m.Keys.Name, err), true)
+		return giveUp(err)
 	}
 	if ok {
-		m.granted(a.LeaseMs, o.Lease == 0)
 		return true, nil
 	}
 	if expired() {
-		return giveUp(nil, false)
+		return giveUp(nil)
 	}
 
 	subCtx, cancelSub := ctx, context.CancelFunc(func() {})
@@ -170,9 +233,12 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	cancelSub()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return giveUp(nil, false) // the wait ran out while subscribing
+			return giveUp(nil) // the wait ran out while subscribing
 		}
-		return giveUp(fmt.Errorf("fairlock: subscribe: %w", err), false)
+		if ctx.Err() != nil {
+			return giveUp(nil)
+		}
+		return giveUp(fmt.Errorf("subscribe: %w", err))
 	}
 	defer w.Close()
 
@@ -181,14 +247,13 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	for {
 		ok, ttl, err = attempt()
 		if err != nil {
-			return giveUp(fmt.Errorf("fairlock: acquire %q: %w", m.Keys.Name, err), true)
+			return giveUp(err)
 		}
 		if ok {
-			m.granted(a.LeaseMs, o.Lease == 0)
 			return true, nil
 		}
 		if expired() {
-			return giveUp(nil, false)
+			return giveUp(nil)
 		}
 		// Sleep until a wake-up, or until the lock's lease (or, queued
 		// behind a free lock, the head's deadline) runs out: a message
@@ -206,72 +271,167 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		case <-w.C():
 		case <-timer.C:
 		case <-ctx.Done():
-			return giveUp(nil, false)
+			return giveUp(nil)
 		}
 	}
+}
+
+// leaseFor is the lease to send with an acquisition asked with lease
+// (0: the watchdog's), and whether the watchdog keeps the hold. Re-entering
+// a watchdog-kept hold with a shorter explicit lease keeps the watchdog
+// lease: a re-entry never shortens the key's TTL under the watchdog.
+func (m *Mutex) leaseFor(lease time.Duration) (int64, bool) {
+	wd := m.S.Config.Lease.Milliseconds()
+	if lease == 0 {
+		return wd, true
+	}
+	ms := lease.Milliseconds()
+	m.mu.Lock()
+	kept := m.cur != nil && m.cur.watchdog
+	m.mu.Unlock()
+	if kept && ms < wd {
+		return wd, false
+	}
+	return ms, false
 }
 
 // cleanup runs after a failed acquisition, on a fresh context bounded by
-// CleanupTime since ctx may be dead. It leaves the fair queue, and when the
-// last attempt's outcome is unknown (an error: the script may have run) it
-// gives back a hold that attempt may have taken, so the lock is never held
-// by nobody until its lease ends.
-func (m *Mutex) cleanup(ctx context.Context, a lua.Args, queued, ambiguous bool) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.S.Config.CleanupTime)
-	defer cancel()
-	if queued {
-		_ = m.E.GiveUp(cctx, a)
-	}
-	if !ambiguous {
+// CleanupTime (ctx may be dead). When the request may have reached Redis in
+// a copy the caller never heard back from (suspect), it voids the request
+// so later copies do nothing, and gives back a hold a copy took; when the
+// owner may be queued, it leaves the queue. What cannot be done now (Redis
+// unreachable) is retried in the background until it is done, or until the
+// waiter's slot has run out and it would be pruned anyway.
+func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
+	if !queued && !suspect {
 		return
 	}
-	n, err := m.S.RDB.HGet(cctx, m.Keys.Name, m.Owner).Int()
-	if err != nil {
-		return // not held (redis.Nil), or Redis unreachable: nothing more we can do
+	cfg := &m.S.Config
+	needUnlock := false
+	undone := !suspect
+	left := !queued
+	unlockArgs := m.unlockArgs(a.LeaseMs)
+	work := func(ctx context.Context) error {
+		if !undone {
+			held, err := callErr2(ctx, func(ctx context.Context) (bool, error) {
+				return m.S.Scripts.Abandon(ctx, m.S.RDB, m.Keys, a)
+			})
+			if err != nil {
+				return err
+			}
+			undone, needUnlock = true, held
+		}
+		if needUnlock {
+			unlockArgs.NowMs = m.S.WallMs()
+			ua := unlockArgs
+			if _, err := callErr2(ctx, func(ctx context.Context) (lua.UnlockResult, error) {
+				return m.E.Unlock(ctx, ua)
+			}); err != nil && !isScriptError(err) {
+				return err
+			}
+			needUnlock = false
+		}
+		if !left {
+			if err := callErr(ctx, func(ctx context.Context) error { return m.E.GiveUp(ctx, a) }); err != nil {
+				return err
+			}
+			left = true
+		}
+		return nil
 	}
-	m.mu.Lock()
-	extra := n > m.holds
-	m.mu.Unlock()
-	if extra {
-		a.RequestID = RequestID()
-		a.NowMs = m.S.WallMs()
-		_, _ = m.E.Unlock(cctx, a)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.CleanupTime)
+	err := work(ctx)
+	cancel()
+	if err == nil || (notSent(err) && !queued) {
+		return
+	}
+	if slot == 0 {
+		slot = cfg.WaitSlot
+	}
+	m.S.retryLater(time.Now().Add(max(slot, cfg.Lease, cfg.LatchTTL)), work)
+}
+
+// undo gives back a hold the request a took (it holds the lock now, or may):
+// the request is voided and one hold released, bounded by CleanupTime.
+func (m *Mutex) undo(a lua.Args, suspect bool) { m.cleanup(a, false, suspect, 0) }
+
+func (m *Mutex) unlockArgs(leaseMs int64) lua.Args {
+	return lua.Args{
+		Owner: m.Owner, LeaseMs: leaseMs, RequestID: RequestID(),
+		LatchMs: m.S.Config.LatchTTL.Milliseconds(), GraceMs: m.S.GraceMs(), PubCmd: m.S.PubCmd(),
 	}
 }
 
-// granted records an acquisition: the first starts a hold (watchdog or lease
-// timer), a re-entry adds to it.
-func (m *Mutex) granted(leaseMs int64, watchdogLease bool) {
+// granted records an acquisition sent at sent: the first starts a hold
+// (watchdog or lease timer), a re-entry adds to it. It reports false,
+// recording nothing, when the session was closed meanwhile.
+func (m *Mutex) granted(sent time.Time, leaseMs int64, watchdogKept bool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.holds++
 	h := m.cur
 	if h == nil {
+		if !m.S.track(m) {
+			return false
+		}
 		h = &hold{m: m}
 		m.cur = h
 	}
+	m.holds++
 	h.leaseMs = leaseMs
-	if watchdogLease {
-		if h.timer != nil {
-			h.timer.Stop()
-			h.timer = nil
-		}
-		if h.wd == nil {
-			h.wd = m.S.Watchdog.Add(m.Keys.Name, m.Owner, h)
-		}
+	// The key's TTL was set to leaseMs when Redis ran this acquisition:
+	// its validity replaces the earlier one (a re-entry can shorten an
+	// explicit lease).
+	h.validUntil = validity(sent, leaseMs)
+	if watchdogKept && !h.watchdog {
+		h.watchdog = true
+		h.wd = m.S.Watchdog.Add(m.Keys.Name, m.Owner, h)
+	}
+	if h.timer == nil {
+		h.timer = time.AfterFunc(time.Until(h.validUntil), h.expire)
+	} else {
+		h.timer.Reset(time.Until(h.validUntil))
+	}
+	return true
+}
+
+// expire runs when the validity timer fires: the hold ends as lost unless a
+// renewal moved its validity on.
+func (h *hold) expire() {
+	m := h.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur != h {
 		return
 	}
-	if h.wd != nil {
-		return // the watchdog keeps renewing what an earlier hold asked for
-	}
-	d := time.Duration(leaseMs) * time.Millisecond
-	if h.timer != nil {
+	if d := time.Until(h.validUntil); d > 0 {
 		h.timer.Reset(d)
 		return
 	}
-	h.timer = time.AfterFunc(d, func() {
-		m.end(h, fmt.Errorf("%w: %q: lease of %v ran out", ErrLost, m.Keys.Name, d))
-	})
+	why := "its lease ran out"
+	if h.watchdog {
+		why = "no renewal was confirmed before its lease ran out"
+	}
+	m.endLocked(h, fmt.Errorf("%w: %q: %s", ErrLost, m.Keys.Name, why))
+}
+
+// Renewed is the watchdog's report that a renewal sent at sent was confirmed.
+func (h *hold) Renewed(sent time.Time) {
+	m := h.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur != h {
+		return
+	}
+	if v := validity(sent, m.S.Config.Lease.Milliseconds()); v.After(h.validUntil) {
+		h.validUntil = v
+	}
+}
+
+// ValidUntil is the local instant until which the hold is valid.
+func (h *hold) ValidUntil() time.Time {
+	h.m.mu.Lock()
+	defer h.m.mu.Unlock()
+	return h.validUntil
 }
 
 // Lost is the watchdog's report that h's lock is gone.
@@ -283,7 +443,11 @@ func (h *hold) Lost(reason error) {
 func (m *Mutex) end(h *hold, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.cur != h {
+	m.endLocked(h, err)
+}
+
+func (m *Mutex) endLocked(h *hold, err error) {
+	if m.cur != h || h == nil {
 		return
 	}
 	m.cur = nil
@@ -300,6 +464,19 @@ func (m *Mutex) end(h *hold, err error) {
 	if h.done != nil {
 		close(h.done)
 	}
+	m.S.untrack(m)
+}
+
+// ValidUntil is the local instant until which the current hold is valid:
+// the latest acquisition's or confirmed renewal's send time plus the lease,
+// less the drift margin. Zero when the handle holds nothing.
+func (m *Mutex) ValidUntil() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur == nil {
+		return time.Time{}
+	}
+	return m.cur.validUntil
 }
 
 // unlockRetries is how many times an unlock is sent when Redis does not
@@ -307,11 +484,12 @@ func (m *Mutex) end(h *hold, err error) {
 const unlockRetries = 3
 
 // Unlock releases one hold. When ctx has ended, before or during the call,
-// it still runs to completion on a fresh context bounded by CleanupTime. It returns ErrNotHeld when the owner
-// does not hold the lock, and changes nothing then.
+// it still runs to completion on a fresh context bounded by CleanupTime. It
+// returns ErrNotHeld when the owner does not hold the lock, and changes
+// nothing then.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if ctx == nil {
-		return fmt.Errorf("%w: nil context", ErrInvalidValue)
+		return errNilCtx
 	}
 	if ctx.Err() != nil {
 		var cancel context.CancelFunc
@@ -325,16 +503,14 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		leaseMs = h.leaseMs
 	}
 	m.mu.Unlock()
-	a := lua.Args{
-		Owner: m.Owner, LeaseMs: leaseMs, RequestID: RequestID(),
-		LatchMs: m.S.Config.LatchTTL.Milliseconds(), GraceMs: m.S.GraceMs(), PubCmd: m.S.PubCmd(),
-	}
+	a := m.unlockArgs(leaseMs)
 	var res lua.UnlockResult
 	var err error
 	fresh := false
 	for try := 0; try < unlockRetries; try++ {
 		a.NowMs = m.S.WallMs()
-		res, err = m.E.Unlock(ctx, a)
+		args := a // the call may outlive this try: it gets its own copy
+		res, err = call(ctx, func(ctx context.Context) (lua.UnlockResult, error) { return m.E.Unlock(ctx, args) })
 		if err == nil || isScriptError(err) {
 			break
 		}
@@ -362,22 +538,70 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		m.mu.Unlock()
 		return nil
 	case lua.Released:
-		if h != nil {
-			m.end(h, nil)
-		}
+		m.released(h)
 		return nil
 	}
 	if h != nil {
 		m.end(h, fmt.Errorf("%w: %q: not held at unlock", ErrLost, m.Keys.Name))
 	}
+	if m.S.Closed() {
+		return ErrClosed
+	}
 	return fmt.Errorf("%w: %q by %s", ErrNotHeld, m.Keys.Name, m.Owner)
+}
+
+// released ends hold h after Redis confirmed its release. The lock was held
+// until then, so a loss reported meanwhile (a renewal racing the unlock and
+// finding the key already gone, or the validity timer firing during the
+// call) is withdrawn: Err is nil after a clean unlock.
+func (m *Mutex) released(h *hold) {
+	if h == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur == h {
+		m.endLocked(h, nil)
+		return
+	}
+	if m.last == h && errors.Is(h.err, ErrLost) {
+		h.err = nil
+	}
+}
+
+// closeHold ends the current hold because the session is closing (Done
+// closed, Err matching ErrClosed) and releases every hold of it in Redis,
+// best effort, within ctx.
+func (m *Mutex) closeHold(ctx context.Context) {
+	m.mu.Lock()
+	h, n := m.cur, m.holds
+	leaseMs := m.S.Config.Lease.Milliseconds()
+	if h != nil {
+		leaseMs = h.leaseMs
+	}
+	m.endLocked(h, fmt.Errorf("%w: %q: the client was closed while the lock was held", ErrClosed, m.Keys.Name))
+	m.mu.Unlock()
+	if h == nil {
+		return
+	}
+	for range max(n, 1) {
+		a := m.unlockArgs(leaseMs)
+		a.NowMs = m.S.WallMs()
+		res, err := call(ctx, func(ctx context.Context) (lua.UnlockResult, error) { return m.E.Unlock(ctx, a) })
+		if err != nil || res != lua.StillHeld {
+			return
+		}
+	}
 }
 
 // notSent reports an error that proves a command never reached Redis (no
 // connection could be made), so it cannot have changed anything.
 func notSent(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return strings.Contains(err.Error(), "failed to dial")
 }
 
 func isScriptError(err error) bool {
@@ -389,25 +613,23 @@ func isScriptError(err error) bool {
 // reports whether there was a lock to delete.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if ctx == nil {
-		return false, fmt.Errorf("%w: nil context", ErrInvalidValue)
+		return false, errNilCtx
 	}
 	a := lua.Args{NowMs: m.S.WallMs(), GraceMs: m.S.GraceMs(), PubCmd: m.S.PubCmd()}
-	ok, err := m.E.ForceUnlock(ctx, a)
+	ok, err := call(ctx, func(ctx context.Context) (bool, error) { return m.E.ForceUnlock(ctx, a) })
 	if err != nil {
 		return false, fmt.Errorf("fairlock: force unlock %q: %w", m.Keys.Name, err)
 	}
 	m.mu.Lock()
 	h := m.cur
 	m.mu.Unlock()
-	if h != nil {
-		m.end(h, nil)
-	}
+	m.released(h)
 	return ok, nil
 }
 
 // Done returns a channel closed when the current hold ends: released by the
-// last Unlock, deleted by ForceUnlock, or lost. When the handle holds
-// nothing, the channel is already closed.
+// last Unlock, deleted by ForceUnlock, lost, or ended by Close. When the
+// handle holds nothing, the channel is already closed.
 func (m *Mutex) Done() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -423,7 +645,8 @@ func (m *Mutex) Done() <-chan struct{} {
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Err reports why the most recent hold ended: nil while held or after a
-// release, an error matching ErrLost when the lock was lost.
+// release, an error matching ErrLost when the lock was lost, ErrClosed when
+// the client was closed while it was held.
 func (m *Mutex) Err() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -435,18 +658,27 @@ func (m *Mutex) Err() error {
 
 // IsLocked reports whether anyone holds the lock.
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
-	n, err := m.S.RDB.Exists(ctx, m.Keys.Name).Result()
+	if ctx == nil {
+		return false, errNilCtx
+	}
+	n, err := call(ctx, func(ctx context.Context) (int64, error) { return m.S.RDB.Exists(ctx, m.Keys.Name).Result() })
 	return n == 1, err
 }
 
 // IsHeld reports whether this handle's owner holds the lock.
 func (m *Mutex) IsHeld(ctx context.Context) (bool, error) {
-	return m.S.RDB.HExists(ctx, m.Keys.Name, m.Owner).Result()
+	if ctx == nil {
+		return false, errNilCtx
+	}
+	return call(ctx, func(ctx context.Context) (bool, error) { return m.S.RDB.HExists(ctx, m.Keys.Name, m.Owner).Result() })
 }
 
 // HoldCount is the owner's hold count in Redis, 0 when not held.
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
-	s, err := m.S.RDB.HGet(ctx, m.Keys.Name, m.Owner).Result()
+	if ctx == nil {
+		return 0, errNilCtx
+	}
+	s, err := call(ctx, func(ctx context.Context) (string, error) { return m.S.RDB.HGet(ctx, m.Keys.Name, m.Owner).Result() })
 	if errors.Is(err, redis.Nil) {
 		return 0, nil
 	}
@@ -462,7 +694,10 @@ const NoExpiry time.Duration = -1
 // RemainingLease is the lock's remaining lease: 0 when nobody holds it,
 // NoExpiry when it has no lease.
 func (m *Mutex) RemainingLease(ctx context.Context) (time.Duration, error) {
-	ms, err := m.S.RDB.Do(ctx, "pttl", m.Keys.Name).Int64()
+	if ctx == nil {
+		return 0, errNilCtx
+	}
+	ms, err := call(ctx, func(ctx context.Context) (int64, error) { return m.S.RDB.Do(ctx, "pttl", m.Keys.Name).Int64() })
 	switch {
 	case err != nil:
 		return 0, err

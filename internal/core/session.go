@@ -5,6 +5,7 @@
 package core
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -38,7 +39,7 @@ type Config struct {
 	WaitSlot      time.Duration // fair lock wait slot (fairLockWaitTimeout); default 5 min
 	HeadGrace     time.Duration // fair lock head grace; default 5 s; negative turns it off
 	LatchTTL      time.Duration // unlock latch lifetime; default 10 s
-	CleanupTime   time.Duration // bound on Unlock / give-up cleanup run after ctx ended; default 5 s
+	CleanupTime   time.Duration // bound on Unlock / give-up cleanup run after ctx ended; default 2 s
 	RenewBatch    int           // keys per renewal call; default 100
 	ShardedPubSub bool          // publish with SPUBLISH (Redis 7+ cluster)
 	ShardedSet    bool          // ShardedPubSub was chosen; else a ClusterClient decides at first use (Redisson's AUTO)
@@ -55,7 +56,7 @@ func (c *Config) fill() error {
 	def(&c.WaitSlot, 5*time.Minute)
 	def(&c.HeadGrace, 5*time.Second)
 	def(&c.LatchTTL, 10*time.Second)
-	def(&c.CleanupTime, 5*time.Second)
+	def(&c.CleanupTime, 2*time.Second)
 	def(&c.ReplicaAck, time.Second)
 	if c.RenewBatch == 0 {
 		c.RenewBatch = 100
@@ -85,6 +86,18 @@ type Session struct {
 	closeOnce  sync.Once
 	closed     atomic.Bool
 	skewMs     atomic.Int64 // test hook: added to the wall clock (SetClockSkew)
+
+	// resendAfter: a call that lasted this long may have been resent by
+	// go-redis after a timeout (the smaller of the client's read and write
+	// timeouts; 0 when unknown: every call is suspect).
+	resendAfter time.Duration
+
+	closeCtx context.Context // ended by Close
+	closeNow context.CancelCauseFunc
+	life     sync.Mutex
+	active   sync.WaitGroup     // Acquire calls in progress
+	bg       sync.WaitGroup     // background cleanups
+	held     map[*Mutex]int     // handles with a current hold
 }
 
 // WallMs is the client's wall clock in Unix milliseconds, as the fair-lock
@@ -99,13 +112,15 @@ func (s *Session) SetClockSkew(d time.Duration) { s.skewMs.Store(d.Milliseconds(
 // NewSession starts a session over rdb: the watchdog goroutine starts now,
 // the pub/sub connection at the first wait.
 func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
-	if rdb == nil {
+	if isNil(rdb) {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidValue)
 	}
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	s := &Session{ID: newUUID(), RDB: rdb, Scripts: lua.Default, Config: cfg}
+	s := &Session{ID: newUUID(), RDB: rdb, Scripts: lua.Default, Config: cfg, held: map[*Mutex]int{}}
+	s.closeCtx, s.closeNow = context.WithCancelCause(context.Background())
+	s.resendAfter = resendAfter(rdb)
 	mode := pubsub.Sharded(cfg.ShardedPubSub, Slot)
 	if _, ok := rdb.(*redis.ClusterClient); ok && !cfg.ShardedSet {
 		mode = pubsub.AutoSharded(Slot)
@@ -116,8 +131,25 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 		slot = Slot
 	}
 	leaseMs := cfg.Lease.Milliseconds()
-	s.Watchdog = watchdog.New(func(ctx contextT, names, owners []string) ([]bool, error) {
-		return s.Scripts.Renew(ctx, s.RDB, names, owners, leaseMs)
+	s.Watchdog = watchdog.New(func(ctx context.Context, names, owners []string) ([]watchdog.Status, error) {
+		st, err := call(ctx, func(ctx context.Context) ([]lua.RenewStatus, error) {
+			return s.Scripts.RenewEach(ctx, s.RDB, names, owners, leaseMs)
+		})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]watchdog.Status, len(st))
+		for i, r := range st {
+			switch r {
+			case lua.RenewOK:
+				out[i] = watchdog.Renewed
+			case lua.RenewGone:
+				out[i] = watchdog.Gone
+			default:
+				out[i] = watchdog.Broken
+			}
+		}
+		return out, nil
 	}, slot, cfg.Lease, cfg.RenewBatch)
 	return s, nil
 }
@@ -144,16 +176,162 @@ func (s *Session) GraceMs() int64 {
 // Closed reports whether Close was called.
 func (s *Session) Closed() bool { return s.closed.Load() }
 
-// Close stops the watchdog and the pub/sub connection. Locks still held are
-// not released; their leases run out. It does not close the Redis client.
+// begin registers an acquisition in progress; false once closed.
+func (s *Session) begin() bool {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.closed.Load() {
+		return false
+	}
+	s.active.Add(1)
+	return true
+}
+
+func (s *Session) end() { s.active.Done() }
+
+// bind returns a context that ends when ctx ends or the session closes
+// (its cause is then ErrClosed).
+func (s *Session) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	c, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.closeCtx, func() { cancel(ErrClosed) })
+	return c, func() { stop(); cancel(nil) }
+}
+
+// track records that m holds the lock; false once closed.
+func (s *Session) track(m *Mutex) bool {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.closed.Load() {
+		return false
+	}
+	s.held[m]++
+	return true
+}
+
+func (s *Session) untrack(m *Mutex) {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.held[m]--; s.held[m] <= 0 {
+		delete(s.held, m)
+	}
+}
+
+// retryLater runs f in the background until it succeeds, the session
+// closes, or until passes; each try is bounded by CleanupTime.
+func (s *Session) retryLater(until time.Time, f func(context.Context) error) {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.closed.Load() {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		backoff := 100 * time.Millisecond
+		for time.Now().Before(until) {
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-s.closeCtx.Done():
+				t.Stop()
+				return
+			}
+			ctx, cancel := context.WithTimeout(s.closeCtx, s.Config.CleanupTime)
+			err := f(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}()
+}
+
+// Close ends everything the session started, within bounds:
+//   - new acquisitions fail with ErrClosed;
+//   - every acquisition in progress returns ErrClosed after leaving its
+//     queue place (its cleanup is bounded by CleanupTime);
+//   - every hold ends (Done closed, Err matching ErrClosed) and is released
+//     in Redis, best effort, within CleanupTime; a release that cannot be
+//     made then is left to the lease;
+//   - the watchdog, the background cleanups and the pub/sub connections stop.
+//
+// It does not close the Redis client.
 func (s *Session) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
+		s.life.Lock()
 		s.closed.Store(true)
+		s.life.Unlock()
+		s.closeNow(ErrClosed)
+		bound := s.Config.CleanupTime + 2*time.Second
+		waitFor(&s.active, bound)
+
+		s.life.Lock()
+		held := make([]*Mutex, 0, len(s.held))
+		for m := range s.held {
+			held = append(held, m)
+		}
+		s.life.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), s.Config.CleanupTime)
+		var wg sync.WaitGroup
+		for _, m := range held {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m.closeHold(ctx)
+			}()
+		}
+		wg.Wait()
+		cancel()
+
 		s.Watchdog.Close()
+		waitFor(&s.bg, bound)
 		err = s.Hub.Close()
 	})
 	return err
+}
+
+// waitFor waits for wg, at most d.
+func waitFor(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// resendAfter is how long a call must last before go-redis may have timed
+// it out and sent it again.
+func resendAfter(rdb redis.UniversalClient) time.Duration {
+	var rd, wr time.Duration
+	switch c := rdb.(type) {
+	case *redis.Client:
+		rd, wr = c.Options().ReadTimeout, c.Options().WriteTimeout
+	case *redis.ClusterClient:
+		rd, wr = c.Options().ReadTimeout, c.Options().WriteTimeout
+	default:
+		return 0
+	}
+	norm := func(d time.Duration) time.Duration {
+		switch {
+		case d == 0:
+			return 3 * time.Second // go-redis's default
+		case d < 0:
+			return time.Duration(1<<63 - 1) // no timeout: never resent for one
+		}
+		return d
+	}
+	// A write timeout is 0 by default meaning "the read timeout".
+	r := norm(rd)
+	w := r
+	if wr != 0 {
+		w = norm(wr)
+	}
+	return min(r, w)
 }
 
 func newUUID() string {

@@ -12,7 +12,7 @@ func Header(w io.Writer, c Config, redisDesc string) {
 	fmt.Fprintf(w, "Seat booking: %d clients x %d goroutines book %d seats, lock held ~%v per booking\n",
 		c.Clients, c.Goroutines, c.Seats, c.Hold)
 	fmt.Fprintf(w, "Redis: %s; key names contain %q\n", redisDesc, c.Prefix)
-	fmt.Fprintf(w, "(deleted at the end; unlock latches expire by themselves within 10s)\n\n")
+	fmt.Fprintf(w, "(deleted at the end; unlock and acquisition latches expire by themselves within 10s)\n\n")
 }
 
 // Report writes the comparison table of the results, side by side.

@@ -1,12 +1,20 @@
 // Package watchdog renews the leases of every lock a client holds with no
-// explicit lease, from one goroutine, in batches.
+// explicit lease, from one ticker, in batches.
 //
 // Every period (the lease / 3) it runs the renewal script over the held
 // locks, at most Batch keys per call and, on a Redis Cluster, one hash slot
-// per call. A lock that is no longer held by its owner (expired, deleted,
-// taken by another) is reported lost at once through its entry's callback.
-// When renewals fail (Redis unreachable), a lock is reported lost as soon as
-// the next attempt would come too late to save its lease.
+// per call. The calls of one tick run concurrently (at most MaxInFlight at
+// once), so one slow or unreachable node delays only the locks it serves,
+// and each call is bounded by the earliest validity among its locks: a
+// renewal that would come too late is not waited for.
+//
+// The watchdog does not decide when a hold stops being valid: each holder
+// keeps its own validity on the local monotonic clock and is told of every
+// confirmed renewal (Renewed, with the time the renewal was sent). A lock
+// that the renewal finds not held by its owner (expired, deleted, taken, or
+// its key overwritten with another type) is reported lost at once. A renewal
+// that fails (Redis unreachable, a timeout) reports nothing: the holder's
+// validity runs out on its own clock, whatever the network does.
 package watchdog
 
 import (
@@ -15,12 +23,27 @@ import (
 	"time"
 )
 
-// RenewFunc renews names[i] for owners[i] and reports which were still held.
+// Status is the outcome of a renewal for one lock.
+type Status int8
+
+const (
+	// Renewed: still held by its owner; its lease was reset.
+	Renewed Status = iota
+	// Gone: not held by its owner (expired, deleted or taken).
+	Gone
+	// Broken: the key could not be read as a lock (another type).
+	Broken
+)
+
+// RenewFunc renews names[i] for owners[i] and reports each one's status.
 // All names of one call share a hash slot.
-type RenewFunc func(ctx context.Context, names, owners []string) ([]bool, error)
+type RenewFunc func(ctx context.Context, names, owners []string) ([]Status, error)
 
 // SlotFunc maps a key to its cluster hash slot, or nil for one slot.
 type SlotFunc func(key string) int
+
+// MaxInFlight bounds the renewal calls one tick runs at once.
+const MaxInFlight = 16
 
 // Watchdog keeps leases alive. Make one with New; Close stops it.
 type Watchdog struct {
@@ -34,20 +57,28 @@ type Watchdog struct {
 	entries map[*Entry]struct{}
 	stop    chan struct{}
 	done    chan struct{}
+	calls   sync.WaitGroup
 	once    sync.Once
 }
 
-// Holder is told when its lock is found lost.
+// Holder is the hold an entry renews.
 type Holder interface {
-	// Lost runs once, on the watchdog's goroutine, and must not block.
+	// Renewed says a renewal sent at sent was confirmed: the lease runs
+	// from then. It must not block.
+	Renewed(sent time.Time)
+	// Lost runs once, when the renewal found the lock not held by its
+	// owner; the entry is then removed. It must not block.
 	Lost(reason error)
+	// ValidUntil is the local instant until which the hold is valid; a
+	// renewal call is not waited for past it.
+	ValidUntil() time.Time
 }
 
 // Entry is one registered (lock, owner).
 type Entry struct {
 	name, owner string
 	holder      Holder
-	lastRenew   time.Time
+	inFlight    bool // a renewal call for it has not returned yet
 }
 
 // New starts a watchdog renewing to lease every lease/3.
@@ -64,10 +95,12 @@ func New(renew RenewFunc, slot SlotFunc, lease time.Duration, batch int) *Watchd
 	return w
 }
 
-// Add registers a lock whose lease was just set by its owner. The holder is
-// told when the lock is found lost; the entry is then removed.
+// Period is the time between two renewals of a lock.
+func (w *Watchdog) Period() time.Duration { return w.period }
+
+// Add registers a lock whose lease was just set by its owner.
 func (w *Watchdog) Add(name, owner string, holder Holder) *Entry {
-	e := &Entry{name: name, owner: owner, holder: holder, lastRenew: time.Now()}
+	e := &Entry{name: name, owner: owner, holder: holder}
 	w.mu.Lock()
 	w.entries[e] = struct{}{}
 	w.mu.Unlock()
@@ -88,11 +121,13 @@ func (w *Watchdog) Len() int {
 	return len(w.entries)
 }
 
-// Close stops the watchdog and waits for its goroutine. Leases are no
-// longer renewed.
+// Close stops the watchdog. Leases are no longer renewed. It waits for the
+// ticker goroutine and for renewal calls in flight, each of which is bounded
+// by its locks' validity.
 func (w *Watchdog) Close() {
 	w.once.Do(func() { close(w.stop) })
 	<-w.done
+	w.calls.Wait()
 }
 
 func (w *Watchdog) run() {
@@ -109,7 +144,7 @@ func (w *Watchdog) run() {
 	}
 }
 
-// Lost reasons passed to onLost.
+// Lost reasons passed to Holder.Lost.
 type lostError string
 
 func (e lostError) Error() string { return string(e) }
@@ -117,14 +152,20 @@ func (e lostError) Error() string { return string(e) }
 const (
 	// ErrGone: the renewal found the lock not held by its owner.
 	ErrGone = lostError("lock no longer held by its owner (expired, deleted or taken)")
-	// ErrUnrenewable: renewals kept failing until the lease could run out.
-	ErrUnrenewable = lostError("lease could not be renewed before it ran out")
+	// ErrBroken: the lock's key holds another type.
+	ErrBroken = lostError("lock key overwritten (it holds another type)")
 )
 
+// tick starts the renewal calls of one period. Entries whose previous call
+// has not returned are skipped: one stuck call per lock at most.
 func (w *Watchdog) tick() {
 	w.mu.Lock()
 	groups := map[int][]*Entry{}
 	for e := range w.entries {
+		if e.inFlight {
+			continue
+		}
+		e.inFlight = true
 		s := 0
 		if w.slot != nil {
 			s = w.slot(e.name)
@@ -133,56 +174,65 @@ func (w *Watchdog) tick() {
 	}
 	w.mu.Unlock()
 
-	// Each call gets its own deadline: one shared by every call of the
-	// tick would make the last slots' calls time out when there are many
-	// slots, and their live locks would be reported lost.
+	sem := make(chan struct{}, MaxInFlight)
 	for _, g := range groups {
 		for len(g) > 0 {
 			n := min(len(g), w.batch)
-			ctx, cancel := context.WithTimeout(context.Background(), w.period)
-			w.renewBatch(ctx, g[:n])
-			cancel()
+			batch := g[:n]
 			g = g[n:]
+			w.calls.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer w.calls.Done()
+				defer func() { <-sem }()
+				w.renewBatch(batch)
+			}()
 		}
 	}
 }
 
-func (w *Watchdog) renewBatch(ctx context.Context, batch []*Entry) {
+func (w *Watchdog) renewBatch(batch []*Entry) {
 	names := make([]string, len(batch))
 	owners := make([]string, len(batch))
+	deadline := time.Now().Add(w.period)
 	for i, e := range batch {
 		names[i], owners[i] = e.name, e.owner
+		if v := e.holder.ValidUntil(); v.Before(deadline) {
+			deadline = v
+		}
 	}
-	start := time.Now()
-	renewed, err := w.renew(ctx, names, owners)
+	sent := time.Now()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	st, err := w.renew(ctx, names, owners)
+	cancel()
+
+	w.mu.Lock()
+	for _, e := range batch {
+		e.inFlight = false
+	}
+	w.mu.Unlock()
+	if err != nil || len(st) != len(batch) {
+		return // nothing confirmed: each holder's validity runs out on its own
+	}
 	for i, e := range batch {
-		var reason error
-		switch {
-		case err == nil && renewed[i]:
-			w.mu.Lock()
-			e.lastRenew = start
-			w.mu.Unlock()
-		case err == nil:
-			reason = ErrGone
-		default:
-			// The next try comes one period from now; if the lease will
-			// have run out by then, the holder must know now.
-			w.mu.Lock()
-			late := time.Since(e.lastRenew)+w.period >= w.lease
-			w.mu.Unlock()
-			if late {
-				reason = ErrUnrenewable
-			}
-		}
-		if reason == nil {
+		switch st[i] {
+		case Renewed:
+			e.holder.Renewed(sent)
 			continue
+		case Gone:
+			w.lost(e, ErrGone)
+		default:
+			w.lost(e, ErrBroken)
 		}
-		w.mu.Lock()
-		_, still := w.entries[e]
-		delete(w.entries, e)
-		w.mu.Unlock()
-		if still {
-			e.holder.Lost(reason)
-		}
+	}
+}
+
+func (w *Watchdog) lost(e *Entry, reason error) {
+	w.mu.Lock()
+	_, still := w.entries[e]
+	delete(w.entries, e)
+	w.mu.Unlock()
+	if still {
+		e.holder.Lost(reason)
 	}
 }

@@ -1,0 +1,94 @@
+package core
+
+import (
+	"context"
+	"reflect"
+)
+
+// Every Redis call the locks make is bounded by its context, whatever the
+// user's go-redis client is set to.
+//
+// go-redis applies a context's deadline to socket reads only when the
+// client's ContextTimeoutEnabled is set (it is off by default), and it never
+// watches a context's cancellation during a read; with the defaults a call to
+// a stalled Redis takes ReadTimeout (3 s) per try, and tries up to four times.
+// We do not require ContextTimeoutEnabled (most clients are built without it,
+// and a lock library should not dictate the settings of a shared client), and
+// we do not build a second client from the user's options (it would lose the
+// user's hooks and cannot be done for every UniversalClient). Instead a call
+// whose context can end runs on its own goroutine and the caller stops
+// waiting when the context ends. The abandoned call finishes (or times out) in
+// the background; its outcome is unknown to the caller, which the locks
+// handle as they handle any ambiguous call: acquisitions carry a request id
+// and are voided (abandon.lua), unlocks carry a latch.
+//
+// Even a client with ContextTimeoutEnabled applies only deadlines, not
+// cancellation, so the goroutine is used for every context that can end; a
+// context that can never end (context.Background) runs the call inline.
+
+type result[T any] struct {
+	v   T
+	err error
+}
+
+// call runs f bounded by ctx: it returns f's result, or ctx's error as soon
+// as ctx ends, leaving f to finish in the background.
+func call[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return f(ctx)
+	}
+	if err := ctx.Err(); err != nil {
+		var zero T
+		return zero, err
+	}
+	ch := make(chan result[T], 1)
+	go func() {
+		v, err := f(ctx)
+		ch <- result[T]{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// call2 is call for functions with two results.
+func call2[A, B any](ctx context.Context, f func(context.Context) (A, B, error)) (A, B, error) {
+	type ab struct {
+		a A
+		b B
+	}
+	r, err := call(ctx, func(ctx context.Context) (ab, error) {
+		a, b, err := f(ctx)
+		return ab{a, b}, err
+	})
+	return r.a, r.b, err
+}
+
+// isNil reports a nil interface or an interface holding a nil pointer (a
+// typed nil, such as a nil *redis.Client).
+func isNil(x any) bool {
+	if x == nil {
+		return true
+	}
+	v := reflect.ValueOf(x)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
+
+// callErr is call for functions with only an error.
+func callErr(ctx context.Context, f func(context.Context) error) error {
+	_, err := call(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
+	return err
+}
+
+// callErr2 is call; the name reads better at cleanup sites.
+func callErr2[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	return call(ctx, f)
+}
