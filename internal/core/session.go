@@ -95,9 +95,9 @@ type Session struct {
 	closeCtx context.Context // ended by Close
 	closeNow context.CancelCauseFunc
 	life     sync.Mutex
-	active   sync.WaitGroup     // Acquire calls in progress
-	bg       sync.WaitGroup     // background cleanups
-	held     map[*Mutex]int     // handles with a current hold
+	active   sync.WaitGroup // Acquire calls in progress
+	bg       sync.WaitGroup // background cleanups
+	held     map[*Mutex]int // handles with a current hold
 }
 
 // WallMs is the client's wall clock in Unix milliseconds, as the fair-lock
