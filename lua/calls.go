@@ -147,14 +147,14 @@ func (s *Scripts) Abandon(ctx context.Context, rdb redis.Scripter, k Keys, a Arg
 // Unlock runs unlock.lua (reads Owner, LeaseMs, RequestID, LatchMs, PubCmd).
 func (s *Scripts) Unlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
 	return unlockResult(s.Script(FileUnlock).Run(ctx, rdb,
-		[]string{k.Name, k.Channel, k.Latch(a.RequestID)},
+		[]string{k.Name, k.Channel, k.Latch(a.RequestID), k.Queue, k.ScalableQueue()},
 		UnlockMessage, a.LeaseMs, a.Owner, a.pubCmd(), a.LatchMs))
 }
 
 // ForceUnlock runs force_unlock.lua (reads PubCmd). It reports whether a
 // lock was deleted.
 func (s *Scripts) ForceUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, error) {
-	_, n, err := nilOrInt(s.Script(FileForceUnlock).Run(ctx, rdb, []string{k.Name, k.Channel}, UnlockMessage, a.pubCmd()))
+	_, n, err := nilOrInt(s.Script(FileForceUnlock).Run(ctx, rdb, []string{k.Name, k.Channel, k.Queue, k.ScalableQueue()}, UnlockMessage, a.pubCmd()))
 	return n == 1, err
 }
 

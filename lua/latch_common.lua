@@ -1,5 +1,6 @@
--- latch_common.lua: the acquisition latch (not in Redisson), prepended by
--- package lua to every script, so each stays one atomic EVAL.
+-- latch_common.lua: the acquisition latch and the fair-head wake-up of the
+-- reentrant unlocks (not in Redisson), prepended by package lua to every
+-- script, so each stays one atomic EVAL.
 --
 -- One acquisition call (Lock, TryLock, ...) sends its script with one request
 -- id, reused when the call is retried (by go-redis after a timeout, or by the
@@ -42,3 +43,17 @@ local function latch_grant(latch, ttl)
     end
 end
 
+
+-- Not in Redisson, used by the reentrant unlock scripts: wake the head of a
+-- fair queue kept on the same lock name (by either fair engine) on its own
+-- channel, since fair waiters do not listen on the plain lock channel. A
+-- queue key of an unexpected type is ignored.
+local function wake_fair_head(queue, squeue, channel, pubcmd, message)
+    local head = redis.pcall('lindex', queue, 0)
+    if type(head) ~= 'string' then
+        head = redis.pcall('hget', squeue, 'h')
+    end
+    if type(head) == 'string' then
+        redis.call(pubcmd, channel .. ':' .. head, message)
+    end
+end
