@@ -214,7 +214,8 @@ func (l *Lock) Acquire(server int64, owner string, leaseMs int64) (acquired bool
 // Unlock is unlock.lua: release one hold of owner. A retry with a request id
 // whose latch is alive replies the first outcome without doing anything.
 // Releasing the last hold deletes the lock and publishes "0" on the lock
-// channel, which wakes one waiter of each subscribed client.
+// channel, which wakes one waiter of each subscribed client, and on the
+// channel of a fair queue's head, if any.
 func (l *Lock) Unlock(server int64, owner string, leaseMs int64, requestID string, latchMs int64) UnlockResult {
 	l.Advance(server)
 	if r, ok := l.latched(requestID); ok {
@@ -231,12 +232,22 @@ func (l *Lock) Unlock(server int64, owner string, leaseMs int64, requestID strin
 	}
 	clear(l.Holds)
 	l.publish(l.names.Channel)
+	l.wakeFairHead()
 	l.latch(requestID, Released, server, latchMs)
 	return Released
 }
 
+// wakeFairHead: a reentrant release also wakes the head of a fair queue kept
+// on the same name, on its own channel (fair waiters do not listen on the
+// plain one). Not in Redisson.
+func (l *Lock) wakeFairHead() {
+	if len(l.Queue) > 0 {
+		l.publish(l.names.WaiterChannel(l.Queue[0]))
+	}
+}
+
 // ForceUnlock is force_unlock.lua: delete the lock whoever holds it, and
-// publish "0" when there was one.
+// publish "0" when there was one (and wake a fair queue's head).
 func (l *Lock) ForceUnlock(server int64) bool {
 	l.Advance(server)
 	if !l.Locked() {
@@ -244,6 +255,7 @@ func (l *Lock) ForceUnlock(server int64) bool {
 	}
 	clear(l.Holds)
 	l.publish(l.names.Channel)
+	l.wakeFairHead()
 	return true
 }
 

@@ -148,7 +148,8 @@ func TestFairAcquireFailed(t *testing.T) {
 	l.FairAcquireFailed(0, "w1", 5000)
 	assert.Equal(t, map[string]int64{"w3": t0 + 14000}, l.Deadlines)
 	assert.Equal(t, []Message{
-		{"redisson_lock__channel:{x}", "0"}, // the reentrant forceUnlock above
+		{"redisson_lock__channel:{x}", "0"},    // the reentrant forceUnlock above,
+		{"redisson_lock__channel:{x}:w1", "0"}, // which also wakes the fair head
 		{"redisson_lock__channel:{x}:w3", "0"},
 	}, l.Published)
 }

@@ -199,6 +199,25 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		}
 		return true, 0, nil
 	}
+	// During a slot migration Redis refuses multi-key scripts with TRYAGAIN
+	// (nothing ran): try again until the wait or ctx ends.
+	attemptRetrying := func() (bool, int64, error) {
+		backoff := 20 * time.Millisecond
+		for {
+			ok, ttl, err := attempt()
+			if !isTryAgain(err) || expired() {
+				return ok, ttl, err
+			}
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return false, 0, err
+			}
+			backoff = min(2*backoff, 500*time.Millisecond)
+		}
+	}
 	giveUp := func(err error) (bool, error) {
 		m.cleanup(a, o.Queue, suspect, o.Slot)
 		switch {
@@ -214,7 +233,7 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		return false, nil
 	}
 
-	ok, ttl, err := attempt()
+	ok, ttl, err := attemptRetrying()
 	if err != nil {
 		return giveUp(err)
 	}
@@ -245,7 +264,7 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		ok, ttl, err = attempt()
+		ok, ttl, err = attemptRetrying()
 		if err != nil {
 			return giveUp(err)
 		}
@@ -511,6 +530,15 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		a.NowMs = m.S.WallMs()
 		args := a // the call may outlive this try: it gets its own copy
 		res, err = call(ctx, func(ctx context.Context) (lua.UnlockResult, error) { return m.E.Unlock(ctx, args) })
+		if isTryAgain(err) && ctx.Err() == nil {
+			// A slot migration: nothing ran. Wait for it, within ctx.
+			try--
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			continue
+		}
 		if err == nil || isScriptError(err) {
 			break
 		}
@@ -602,6 +630,13 @@ func notSent(err error) bool {
 		return true
 	}
 	return strings.Contains(err.Error(), "failed to dial")
+}
+
+// isTryAgain reports Redis's TRYAGAIN: a multi-key command during a slot
+// migration, refused before anything ran.
+func isTryAgain(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "TRYAGAIN")
 }
 
 func isScriptError(err error) bool {
