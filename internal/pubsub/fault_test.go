@@ -271,10 +271,9 @@ func TestClientKillPubSub(t *testing.T) {
 	}
 
 	// A kill while the server refuses new connections (it has reached
-	// maxclients): the hub cannot subscribe again yet, but every waiter is
-	// woken to re-check at once rather than after the outage, and once
-	// connections are accepted again the subscriptions come back.
-	var clients int
+	// maxclients): the hub cannot subscribe again yet; once connections
+	// are accepted again, every waiter is woken (its subscription is back,
+	// a message may have been lost meanwhile) and messages arrive.
 	if err := admin.Do(ctx, "config", "set", "maxclients", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -295,19 +294,35 @@ func TestClientKillPubSub(t *testing.T) {
 		drain(w) // wake-ups left by the messages above
 	}
 	kill()
-	for i, w := range ws {
-		awaitWake(t, w, 10*time.Second, fmt.Sprintf("waiter %d on %s after CLIENT KILL, new connections refused", i, chans[i]))
+	time.Sleep(time.Second) // the hub's attempts to subscribe again are refused
+	if n, err := admin.Do(ctx, "client", "list", "type", "pubsub").Text(); err != nil || strings.TrimSpace(n) != "" {
+		t.Fatalf("pub/sub connections while new ones are refused: %q (%v), want none", n, err)
 	}
-	if n, err := admin.Do(ctx, "client", "list", "type", "pubsub").Text(); err == nil {
-		clients = len(strings.Split(strings.TrimSpace(n), "\n"))
-		if strings.TrimSpace(n) == "" {
-			clients = 0
-		}
+	// A waiter arriving during the outage: its Subscribe returns within
+	// its bound while connections are still refused, with a wake-up
+	// pending, and it is subscribed once they are accepted again.
+	sctx, scancel := context.WithTimeout(ctx, subscribeBound+5*time.Second)
+	defer scancel()
+	res := subscribeAsync(sctx, h, prefix+"d")
+	var r subscribeResult
+	select {
+	case r = <-res:
+	case <-time.After(subscribeBound):
+		restore()
+		t.Fatalf("Subscribe while new connections are refused did not return within %v", subscribeBound)
 	}
-	if clients != 0 {
-		t.Fatalf("%d pub/sub connections while new connections are refused, want 0", clients)
+	if r.err != nil {
+		restore()
+		t.Fatalf("Subscribe while new connections are refused: %v", r.err)
 	}
+	defer r.w.Close()
+	awaitWake(t, r.w, time.Second, "waiter that arrived during the outage (a wake-up pending)")
+	ws = append(ws, r.w)
+	chans = append(chans, prefix+"d")
 	restore()
+	for i, w := range ws {
+		awaitWake(t, w, 15*time.Second, fmt.Sprintf("waiter %d on %s once connections are accepted again", i, chans[i]))
+	}
 	settle(t, h, prefix+"s0:", 30*time.Second)
 	for i, w := range ws {
 		publishWakes(t, pub, w, chans[i], fmt.Sprintf("waiter %d on %s, message after connections are accepted again", i, chans[i]))
@@ -317,7 +332,7 @@ func TestClientKillPubSub(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
-	for g := 0; g < 6; g++ {
+	for g := 0; g < 16; g++ {
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
@@ -344,8 +359,8 @@ func TestClientKillPubSub(t *testing.T) {
 			}
 		}(g)
 	}
-	for k := 0; k < 20; k++ {
-		time.Sleep(50 * time.Millisecond)
+	for k := 0; k < 40; k++ {
+		time.Sleep(25 * time.Millisecond)
 		kill()
 	}
 	close(stop)
@@ -361,8 +376,8 @@ func TestClientKillPubSub(t *testing.T) {
 	for i, w := range ws {
 		publishWakes(t, pub, w, chans[i], fmt.Sprintf("waiter %d on %s, message after the kills", i, chans[i]))
 	}
-	if n := h.Channels(); n != 3 {
-		t.Fatalf("hub holds %d channels, want 3", n)
+	if n := h.Channels(); n != 4 {
+		t.Fatalf("hub holds %d channels, want 4", n)
 	}
 }
 
