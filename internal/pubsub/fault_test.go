@@ -207,17 +207,35 @@ func TestSubscribeThroughFaults(t *testing.T) {
 				}
 				t.Fatalf("Subscribe(%s) did not return within %v while the %s lasted", ch2, subscribeBound, fault)
 			}
-			if undo != nil {
-				undo()
-			}
 			if r.err != nil {
+				if undo != nil {
+					undo()
+				}
 				t.Fatalf("Subscribe(%s) through %s: %v after %v", ch2, fault, r.err, r.elapsed)
 			}
 			defer r.w.Close()
+			// Returned unconfirmed (its bound ran out): a wake-up is
+			// pending, and another comes when the subscription is
+			// confirmed after the network is back.
+			late := false
+			select {
+			case <-r.w.C():
+				late = true
+			default:
+			}
+			if undo != nil {
+				undo()
+			}
+			if late {
+				awaitWake(t, r.w, 20*time.Second, "the waiter returned unconfirmed, once its subscription is confirmed")
+			}
 			if fault == "failed write" && fd.fired.Load() != 1 {
 				t.Fatalf("the injected write failure fired %d times, want 1", fd.fired.Load())
 			}
-			t.Logf("Subscribe returned after %v", r.elapsed.Round(time.Millisecond))
+			t.Logf("Subscribe returned after %v (unconfirmed: %v)", r.elapsed.Round(time.Millisecond), late)
+			if (fault == "black hole" || fault == "cut") && !late {
+				t.Fatalf("Subscribe through a %s returned confirmed", fault)
+			}
 
 			settle(t, h, prefix, 30*time.Second)
 			publishWakes(t, pub, r.w, ch2, "the channel subscribed through the fault")

@@ -2,8 +2,11 @@ package pubsub_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock-go/fairlock/internal/pubsub"
 	"github.com/fairlock-go/fairlock/internal/redistest"
@@ -45,4 +48,43 @@ func TestSubscribeAfterCanceledSubscribe(t *testing.T) {
 			t.Fatalf("%d channels left", n)
 		}
 	})
+}
+
+// Confirmation rests on the answer to a PING sent after the SUBSCRIBE; it
+// reads differently in RESP2 (a pub/sub "pong" message) and RESP3 (a plain
+// reply). Both must confirm, and a message published after Subscribe
+// returned must arrive.
+func TestSubscribeConfirmsOnBothProtocols(t *testing.T) {
+	b := redistest.Real(t)
+	pub := b.Client(t)
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
+			rdb := redis.NewClient(&redis.Options{Addr: b.Addr, Protocol: proto})
+			t.Cleanup(func() { _ = rdb.Close() })
+			h := pubsub.New(rdb, 30*time.Second)
+			defer h.Close()
+			ch := redistest.Prefix(t) + "ch"
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			w, err := h.Subscribe(ctx, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			select {
+			case <-w.C():
+				t.Fatalf("Subscribe returned unconfirmed after %v on a healthy connection", time.Since(start))
+			default:
+			}
+			if err := pub.Publish(ctx, ch, "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-w.C():
+			case <-ctx.Done():
+				t.Fatal("no wake-up")
+			}
+		})
+	}
 }
