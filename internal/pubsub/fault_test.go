@@ -436,7 +436,10 @@ func TestCloseWhileSubscribePending(t *testing.T) {
 	}
 	awaitWake(t, w1, 5*time.Second, "live waiter at Close")
 	select {
-	case <-closed:
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not return")
 	}

@@ -38,7 +38,9 @@
 // payload is a sequence number. Redis answers in order, so its PONG proves
 // that every subscription written before it is in effect; a subscription is
 // confirmed by the first PONG that follows it. (Counting SUBSCRIBE replies
-// could not tell an old confirmation from a new one.)
+// per channel cannot tell the reply to an earlier SUBSCRIBE of the same
+// channel from the latest one's, and one lost reply leaves a count wrong
+// for good.)
 //
 // # Bounds
 //
@@ -48,10 +50,12 @@
 //     is woken again when the subscription is confirmed later. It fails
 //     only when its ctx ends (nothing is left behind) or the hub is closed
 //     (ErrClosed).
-//   - One round of writes, dial included, is bounded by writeTimeout (5 s);
-//     a PING by replyTimeout (5 s). A broken connection is thus noticed
-//     within about 10 s at worst (at once when the socket reports it), and
-//     a connection silent for pingEvery is checked with a PING.
+//   - One round of writes, dial included, is bounded by writeTimeout (5 s),
+//     and its PING must be answered within replyTimeout (5 s). A broken
+//     connection is noticed at once when the socket reports it, else within
+//     replyTimeout of the next write; an idle one is checked with a PING
+//     after pingEvery of silence, so a dead idle connection is noticed
+//     within pingEvery + replyTimeout.
 //   - Close makes every pending Subscribe return ErrClosed, wakes every live
 //     waiter, closes the connections (which unblocks their readers) and
 //     waits at most closeWait (5 s) for the hub's goroutines.

@@ -3,6 +3,7 @@ package pubsub_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -87,4 +88,40 @@ func TestSubscribeConfirmsOnBothProtocols(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkSubscribeClose measures one waiter's Subscribe (to a channel no
+// one else holds: a SUBSCRIBE and its confirmation) and Close (an
+// UNSUBSCRIBE) on a real server, serially and from parallel goroutines.
+func BenchmarkSubscribeClose(b *testing.B) {
+	be := redistest.Real(b)
+	rdb := be.Client(b)
+	prefix := redistest.Prefix(b)
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		h := pubsub.New(rdb, 30*time.Second)
+		defer h.Close()
+		for i := 0; b.Loop(); i++ {
+			w, err := h.Subscribe(ctx, fmt.Sprintf("%sserial%d", prefix, i%64))
+			if err != nil {
+				b.Fatal(err)
+			}
+			w.Close()
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		h := pubsub.New(rdb, 30*time.Second)
+		defer h.Close()
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				w, err := h.Subscribe(ctx, fmt.Sprintf("%spar%d", prefix, n.Add(1)%256))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				w.Close()
+			}
+		})
+	})
 }
