@@ -279,10 +279,12 @@ func TestClientKillPubSub(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	killed := time.Now()
 	kill()
 	for i, w := range ws {
 		awaitWake(t, w, 15*time.Second, fmt.Sprintf("waiter %d on %s after CLIENT KILL", i, chans[i]))
 	}
+	t.Logf("every waiter woken %v after the kill", time.Since(killed).Round(time.Millisecond))
 	settle(t, h, prefix+"s1:", 30*time.Second)
 	for i, w := range ws {
 		publishWakes(t, pub, w, chans[i], fmt.Sprintf("waiter %d on %s, message after the kill", i, chans[i]))
@@ -338,9 +340,11 @@ func TestClientKillPubSub(t *testing.T) {
 	ws = append(ws, r.w)
 	chans = append(chans, prefix+"d")
 	restore()
+	restoredAt := time.Now()
 	for i, w := range ws {
 		awaitWake(t, w, 15*time.Second, fmt.Sprintf("waiter %d on %s once connections are accepted again", i, chans[i]))
 	}
+	t.Logf("every waiter woken %v after connections were accepted again", time.Since(restoredAt).Round(time.Millisecond))
 	settle(t, h, prefix+"s0:", 30*time.Second)
 	for i, w := range ws {
 		publishWakes(t, pub, w, chans[i], fmt.Sprintf("waiter %d on %s, message after connections are accepted again", i, chans[i]))
