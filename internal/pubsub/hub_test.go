@@ -2,8 +2,12 @@ package pubsub_test
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock-go/fairlock/internal/pubsub"
 	"github.com/fairlock-go/fairlock/internal/redistest"
@@ -44,5 +48,80 @@ func TestSubscribeAfterCanceledSubscribe(t *testing.T) {
 		if n := h.Channels(); n != 0 {
 			t.Fatalf("%d channels left", n)
 		}
+	})
+}
+
+// Confirmation rests on the answer to a PING sent after the SUBSCRIBE; it
+// reads differently in RESP2 (a pub/sub "pong" message) and RESP3 (a plain
+// reply). Both must confirm, and a message published after Subscribe
+// returned must arrive.
+func TestSubscribeConfirmsOnBothProtocols(t *testing.T) {
+	b := redistest.Real(t)
+	pub := b.Client(t)
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
+			rdb := redis.NewClient(&redis.Options{Addr: b.Addr, Protocol: proto})
+			t.Cleanup(func() { _ = rdb.Close() })
+			h := pubsub.New(rdb, 30*time.Second)
+			defer h.Close()
+			ch := redistest.Prefix(t) + "ch"
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			w, err := h.Subscribe(ctx, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			select {
+			case <-w.C():
+				t.Fatalf("Subscribe returned unconfirmed after %v on a healthy connection", time.Since(start))
+			default:
+			}
+			if err := pub.Publish(ctx, ch, "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-w.C():
+			case <-ctx.Done():
+				t.Fatal("no wake-up")
+			}
+		})
+	}
+}
+
+// BenchmarkSubscribeClose measures one waiter's Subscribe (to a channel no
+// one else holds: a SUBSCRIBE and its confirmation) and Close (an
+// UNSUBSCRIBE) on a real server, serially and from parallel goroutines.
+func BenchmarkSubscribeClose(b *testing.B) {
+	be := redistest.Real(b)
+	rdb := be.Client(b)
+	prefix := redistest.Prefix(b)
+	ctx := context.Background()
+	b.Run("serial", func(b *testing.B) {
+		h := pubsub.New(rdb, 30*time.Second)
+		defer h.Close()
+		for i := 0; b.Loop(); i++ {
+			w, err := h.Subscribe(ctx, fmt.Sprintf("%sserial%d", prefix, i%64))
+			if err != nil {
+				b.Fatal(err)
+			}
+			w.Close()
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		h := pubsub.New(rdb, 30*time.Second)
+		defer h.Close()
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				w, err := h.Subscribe(ctx, fmt.Sprintf("%spar%d", prefix, n.Add(1)%256))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				w.Close()
+			}
+		})
 	})
 }
