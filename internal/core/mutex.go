@@ -167,6 +167,9 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		if (err != nil && !isScriptError(err)) || time.Since(sent) >= m.S.resendAfter {
 			suspect = true
 		}
+		if err != nil && !isScriptError(err) {
+			m.S.connError()
+		}
 		if errors.Is(err, lua.ErrGrantOver) {
 			// An earlier copy of this request was granted and that hold
 			// is already over: nothing to undo; go on with a new id.

@@ -173,6 +173,17 @@ func (s *Session) GraceMs() int64 {
 	return s.Config.HeadGrace.Milliseconds()
 }
 
+// connError is told of a connection error on a lock call. On a cluster,
+// go-redis reloads its slot map on MOVED but not after a refused dial to a
+// primary that died, so the next calls would go on dialing the dead node
+// until its periodic reload: ask for a reload now (go-redis runs it in the
+// background and coalesces requests).
+func (s *Session) connError() {
+	if cc, ok := s.RDB.(*redis.ClusterClient); ok {
+		cc.ReloadState(context.Background())
+	}
+}
+
 // Closed reports whether Close was called.
 func (s *Session) Closed() bool { return s.closed.Load() }
 

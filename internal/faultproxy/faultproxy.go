@@ -118,8 +118,9 @@ func (p *Proxy) Stall() (undo func()) {
 }
 
 // BlackHole drops every byte in both directions until undo is called;
-// connections stay open. Undo does not bring back what was dropped, so the
-// connections are out of step afterwards: go-redis sees errors and redials.
+// connections stay open meanwhile. Undo closes the connections that were
+// black-holed (Toxiproxy's timeout toxic closes them on removal), so to the
+// client it ends like a reset: go-redis sees errors and redials.
 func (p *Proxy) BlackHole() (undo func()) {
 	u1 := p.add("timeout", "upstream", `"timeout":0`)
 	u2 := p.add("timeout", "downstream", `"timeout":0`)
