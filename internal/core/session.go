@@ -136,6 +136,9 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 			return s.Scripts.RenewEach(ctx, s.RDB, names, owners, leaseMs)
 		})
 		if err != nil {
+			if !isScriptError(err) {
+				s.connError()
+			}
 			return nil, err
 		}
 		out := make([]watchdog.Status, len(st))
