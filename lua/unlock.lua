@@ -19,7 +19,7 @@
 -- fair handle waiting behind a reentrant holder), the head of their queue
 -- is woken on its own channel too, since it does not listen on KEYS[2].
 local latched = redis.call('get', KEYS[3])
-if latched then
+if latched == '0' or latched == '1' then
     return tonumber(latched)
 end
 if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then

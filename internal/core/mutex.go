@@ -281,7 +281,10 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		// behind a free lock, the head's deadline) runs out: a message
 		// can be missed. ttl < 0 means a lock with no expiry: only a
 		// message frees it, but re-check once a lease anyway.
-		sleep := time.Duration(ttl) * time.Millisecond
+		// A reply beyond any sensible wait (a corrupted deadline) is
+		// clamped: at most the longer of the lease and the slot.
+		longest := max(cfg.Lease, cfg.WaitSlot, o.Slot)
+		sleep := time.Duration(min(ttl, longest.Milliseconds())) * time.Millisecond
 		if ttl < 0 {
 			sleep = cfg.Lease
 		}
