@@ -138,7 +138,8 @@ func faultedDuring(h *History, c int, from, to time.Duration) bool {
 	return false
 }
 
-// joinsOf lists the queue joins an acquisition call made.
+// joinsOf lists the "queued" replies of an acquisition call's attempts;
+// the first is its join.
 func joinsOf(h *History, c *Call) []Join {
 	var js []Join
 	for _, j := range h.Joins {
@@ -150,7 +151,7 @@ func joinsOf(h *History, c *Call) []Join {
 }
 
 // CheckOrder: on a fair lock, for two waiters A and B that both queued
-// once in their acquisition call and were granted in it, whose join script
+// in their acquisition call and were granted in it, whose join script
 // calls did not overlap (A's returned before B's was sent), whose clients
 // had no fault during the wait and with no order-breaking server fault
 // meanwhile, A is granted before B.
@@ -165,7 +166,7 @@ func CheckOrder(h *History) []Violation {
 			continue
 		}
 		js := joinsOf(h, c)
-		if len(js) != 1 { // 0: taken at once; 2+: pruned and joined again
+		if len(js) == 0 { // taken at once, never queued
 			continue
 		}
 		if faultedDuring(h, c.Client, c.Start, c.End) {

@@ -359,9 +359,12 @@ func (h *History) Timeline(lock string, from, to time.Duration, maxLines int) st
 			add(e, "end    "+w.String())
 		}
 	}
-	for _, j := range h.Joins {
-		if on(j.Lock) {
-			add(j.End, fmt.Sprintf("joined %s queue of %s (script call %s..%s)", short(j.Owner), j.Lock, ts(j.Start), ts(j.End)))
+	for _, c := range h.Calls {
+		if !on(c.Lock) || !c.Wait {
+			continue
+		}
+		if js := joinsOf(h, c); len(js) > 0 {
+			add(js[0].End, fmt.Sprintf("joined %s queued in call #%d (script call %s..%s)", short(c.Owner), c.ID, ts(js[0].Start), ts(js[0].End)))
 		}
 	}
 	for _, f := range h.Faults {
