@@ -26,10 +26,10 @@ const (
 	// LatchTTL is fairlock.WithLatchTTL, the lifetime of an unlock latch.
 	LatchTTL = 10 * time.Second
 	// ReadTimeout is the go-redis ReadTimeout and WriteTimeout of every
-	// test client (MaxRetries and ContextTimeoutEnabled stay at go-redis's
-	// defaults, as an application would leave them). Stalls are made
-	// longer than this.
-	ReadTimeout = time.Second
+	// test client: go-redis's default, as are MaxRetries and
+	// ContextTimeoutEnabled, as an application would leave them. Stalls
+	// are made longer than this.
+	ReadTimeout = 3 * time.Second
 
 	// CallSlack: every call returns within its ctx deadline (or the
 	// moment its ctx was cancelled) + CleanupTime + CallSlack.

@@ -37,6 +37,7 @@ type Locker interface {
 	Done() <-chan struct{}
 	Err() error
 	Owner() string
+	HoldCount(ctx context.Context) (int, error)
 }
 
 // validUntiler is the coming ValidUntil method, used when the lock types

@@ -120,7 +120,7 @@ func (c Call) String() string {
 		res = "NEVER RETURNED"
 	case c.Err != "":
 		res = "err: " + c.Err
-	case c.Op != "Unlock" && !c.Acquired:
+	case !strings.HasPrefix(c.Op, "Unlock") && !c.Acquired:
 		res = "false"
 	}
 	ctx := "no deadline"

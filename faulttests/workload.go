@@ -149,6 +149,9 @@ func errText(err error) (string, bool) {
 func (r *run) call(h *Handle, op string, wait, reentry bool, lease time.Duration, rng *rand.Rand, f func(ctx context.Context) (bool, error)) (*Call, bool) {
 	ctx, cancel, ctxEnd := r.callCtx(rng)
 	defer cancel()
+	if lease > 0 {
+		op += "[lease " + lease.Round(time.Millisecond).String() + "]"
+	}
 	c := r.e.H.BeginCall(Call{Client: h.Client.ID, Owner: h.L.Owner(), Lock: h.Lock, Op: op, Wait: wait, Reentry: reentry, Lease: lease, Start: r.e.H.Now(), CtxEnd: ctxEnd})
 	ok, err := f(ctx)
 	s, closed := errText(err)
@@ -175,7 +178,7 @@ func (r *run) op(h *Handle, rng *rand.Rand) {
 		if rng.IntN(2) == 0 {
 			lease = between(rng, ExplicitLeaseMin, ExplicitLeaseMax)
 		}
-		c, ok = r.call(h, "TryLockFor", true, false, lease, rng, func(ctx context.Context) (bool, error) { return l.TryLockFor(ctx, wait, lease) })
+		c, ok = r.call(h, "TryLockFor[wait "+wait.Round(time.Millisecond).String()+"]", true, false, lease, rng, func(ctx context.Context) (bool, error) { return l.TryLockFor(ctx, wait, lease) })
 	default:
 		r.call(h, "ForceUnlock", false, false, 0, rng, func(ctx context.Context) (bool, error) { return l.ForceUnlock(ctx) })
 		return
@@ -190,58 +193,15 @@ func (r *run) op(h *Handle, rng *rand.Rand) {
 // dead when its client dies).
 func (r *run) hold(h *Handle, c *Call, lease time.Duration, rng *rand.Rand) {
 	e, l := r.e, h.L
-	winLease := lease
-	if lease == 0 {
-		winLease = WatchdogLease
-	}
-	w := e.H.AddWindow(Window{Owner: l.Owner(), Client: h.Client.ID, Lock: h.Lock, CallID: c.ID, Lease: winLease,
-		Start: c.End, UnlockAt: Never, DoneAt: Never, ValidUntil: Never})
+	tr := e.track(h, c, lease, r.final, &r.watch)
 	done := l.Done()
-	sample := func() {
-		if v, ok := any(l).(validUntiler); ok {
-			if t := v.ValidUntil(); !t.IsZero() {
-				at := e.H.At(t)
-				e.H.Update(func() { w.ValidUntil = at })
-			}
-		}
-	}
-	sample()
-	stopWatch := make(chan struct{})
-	r.watch.Add(1)
-	go func() {
-		defer r.watch.Done()
-		select {
-		case <-done:
-			at := e.H.Now()
-			err := l.Err()
-			s, closed := errText(err)
-			if err == nil {
-				s = "nil"
-			}
-			e.H.Update(func() { w.DoneAt, w.DoneErr, w.DoneClosed = at, s, closed })
-		case <-stopWatch:
-		case <-r.final:
-		}
-	}()
-	lost := func() bool {
-		select {
-		case <-done:
-			return true
-		default:
-		}
-		if v, ok := any(l).(validUntiler); ok {
-			t := v.ValidUntil()
-			return t.IsZero() || !time.Now().Before(t)
-		}
-		return false
-	}
 
 	// the resource: read now, write value+1 at the end if still held
 	read := e.H.Now()
 	val := e.readResource(h.Lock)
 
 	reentered := false
-	if rng.Float64() < 0.2 && !lost() {
+	if rng.Float64() < 0.2 && !tr.lost() {
 		_, reentered = r.call(h, "Lock(re-entry)", true, true, 0, rng, func(ctx context.Context) (bool, error) { return true, l.Lock(ctx) })
 	}
 	abandon := lease > 0 && rng.Float64() < 0.15 // let the explicit lease run out
@@ -261,23 +221,103 @@ func (r *run) hold(h *Handle, c *Call, lease time.Duration, rng *rand.Rand) {
 		case <-r.stop:
 			until = time.Now()
 		case <-tick.C:
-			sample()
 		}
 	}
 	op := ResourceOp{Lock: h.Lock, Owner: l.Owner(), Client: h.Client.ID, Read: read, Value: val}
-	if !lost() {
+	if !tr.lost() {
 		e.writeResource(h.Lock, val+1)
 		op.Wrote, op.Write = true, e.H.Now()
 	}
 	e.H.AddOp(op)
-	if abandon && lost() {
+	if abandon && tr.lost() {
 		return // the watcher sees Done close
 	}
 	if reentered {
 		r.call(h, "Unlock(inner)", false, false, 0, rng, func(ctx context.Context) (bool, error) { return true, l.Unlock(ctx) })
 	}
-	at := e.H.Now()
-	e.H.Update(func() { w.UnlockAt = at })
-	close(stopWatch)
+	tr.unlocking()
 	r.call(h, "Unlock", false, false, 0, rng, func(ctx context.Context) (bool, error) { return true, l.Unlock(ctx) })
+}
+
+// tracker follows one hold's believed-valid window.
+type tracker struct {
+	e    *Env
+	l    Locker
+	w    *Window
+	stop chan struct{}
+	once sync.Once
+}
+
+// track starts recording the window of the hold that call c acquired: a
+// watcher goroutine samples ValidUntil (when the lock type has it) every
+// 50 ms and records when Done closes, until unlocking or final.
+func (e *Env) track(h *Handle, c *Call, lease time.Duration, final <-chan struct{}, wg *sync.WaitGroup) *tracker {
+	l := h.L
+	winLease := lease
+	if lease == 0 {
+		winLease = WatchdogLease
+	}
+	tr := &tracker{e: e, l: l, stop: make(chan struct{})}
+	tr.w = e.H.AddWindow(Window{Owner: l.Owner(), Client: h.Client.ID, Lock: h.Lock, CallID: c.ID, Lease: winLease,
+		Start: c.End, UnlockAt: Never, DoneAt: Never, ValidUntil: Never})
+	done := l.Done()
+	tr.sample()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				at := e.H.Now()
+				err := l.Err()
+				s, closed := errText(err)
+				if err == nil {
+					s = "nil"
+				}
+				e.H.Update(func() { tr.w.DoneAt, tr.w.DoneErr, tr.w.DoneClosed = at, s, closed })
+				return
+			case <-tick.C:
+				tr.sample()
+			case <-tr.stop:
+				return
+			case <-final:
+				return
+			}
+		}
+	}()
+	return tr
+}
+
+// sample records the hold's ValidUntil, if the lock type has it.
+func (tr *tracker) sample() {
+	if v, ok := any(tr.l).(validUntiler); ok {
+		if t := v.ValidUntil(); !t.IsZero() {
+			at := tr.e.H.At(t)
+			tr.e.H.Update(func() { tr.w.ValidUntil = at })
+		}
+	}
+}
+
+// lost reports whether the holder knows it no longer holds the lock: Done
+// closed, or ValidUntil passed.
+func (tr *tracker) lost() bool {
+	select {
+	case <-tr.l.Done():
+		return true
+	default:
+	}
+	if v, ok := any(tr.l).(validUntiler); ok {
+		t := v.ValidUntil()
+		return t.IsZero() || !time.Now().Before(t)
+	}
+	return false
+}
+
+// unlocking ends the window now: the final Unlock is about to be called.
+func (tr *tracker) unlocking() {
+	at := tr.e.H.Now()
+	tr.e.H.Update(func() { tr.w.UnlockAt = at })
+	tr.once.Do(func() { close(tr.stop) })
 }
