@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock-go/fairlock/internal/core"
 )
@@ -118,6 +121,10 @@ func (e *Env) Restart() {
 func (e *Env) FailoverCluster(lock string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	if err := e.Cluster.WaitHealthy(ctx); err != nil { // a replica to promote
+		e.T.Errorf("cluster not healthy before a failover: %v", err)
+		return
+	}
 	slot := core.Slot(lock)
 	old, err := e.Cluster.PrimaryOf(ctx, slot)
 	if err != nil {
@@ -149,6 +156,16 @@ func (e *Env) FailoverSentinel() {
 		e.T.Errorf("primary: %v", err)
 		return
 	}
+	// wait until the primary has an online replica to promote
+	for ctx.Err() == nil {
+		p := redis.NewClient(&redis.Options{Addr: old})
+		info, _ := p.Info(ctx, "replication").Result()
+		_ = p.Close()
+		if strings.Contains(info, "connected_slaves:1") && strings.Contains(info, "state=online") {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	i := e.record(FFailover, nil, fmt.Sprintf("(primary %s killed)", old))
 	victim := e.Sentinels.Primary
 	if victim.Addr != old {
@@ -162,6 +179,12 @@ func (e *Env) FailoverSentinel() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	e.H.EndFault(i)
+	if ctx.Err() != nil {
+		e.T.Errorf("the Sentinels did not promote the replica of %s", old)
+	}
+	if err := victim.Restart(); err != nil { // it comes back as a replica
+		e.T.Errorf("restart %s: %v", old, err)
+	}
 }
 
 // fire fires one fault of kind k, with random parameters from rng, on a

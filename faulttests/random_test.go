@@ -66,24 +66,29 @@ func TestRandomFaults(t *testing.T) {
 	}
 	replay := fmt.Sprintf("FAULT_SEED=%d FAULT_DURATION=%v FAULT_CLIENTS=%d FAULT_WORKERS=%d FAULT_GAP=%v go test ./faulttests/ -run TestRandomFaults -v",
 		seed, dur, w.Clients, w.Workers, gap)
-	t.Logf("seed %d; replay: %s", seed, replay)
-	e := NewSingle(t)
-	r := e.Start(w)
+	runRandom(t, NewSingle(t), w, dur, gap, singleServerFaults, replay)
+}
 
-	// The faults: every kind once, in a random order, then random kinds,
-	// until the tail of the run; deaths and closes keep 3 clients live.
-	rng := rand.New(rand.NewPCG(seed, 1<<40))
-	kinds := append([]FaultKind(nil), singleServerFaults...)
-	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+// runRandom runs workload w on e for dur while firing faults of kinds:
+// every kind once, in a random order, then random kinds, a random gap
+// apart, until the last 8 s of the run; deaths and closes keep 3 clients
+// live. It then closes every client, checks, and reports.
+func runRandom(t *testing.T, e *Env, w Workload, dur, gap time.Duration, kinds []FaultKind, replay string) {
+	t.Logf("seed %d; replay: %s", w.Seed, replay)
+	r := e.Start(w)
+	rng := rand.New(rand.NewPCG(w.Seed, 1<<40))
+	order := append([]FaultKind(nil), kinds...)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	failoverLock := e.LockName(w.Locks[rng.IntN(len(w.Locks))].ID)
 	start := time.Now()
 	tail := 8 * time.Second
 	for i := 0; time.Since(start) < dur-tail; i++ {
 		time.Sleep(between(rng, gap/2, gap*3/2))
-		k := singleServerFaults[rng.IntN(len(singleServerFaults))]
-		if i < len(kinds) {
-			k = kinds[i]
+		k := kinds[rng.IntN(len(kinds))]
+		if i < len(order) {
+			k = order[i]
 		}
-		e.fire(k, rng, 3, "")
+		e.fire(k, rng, 3, failoverLock)
 	}
 	if rest := dur - time.Since(start); rest > 0 {
 		time.Sleep(rest)
@@ -97,7 +102,7 @@ func TestRandomFaults(t *testing.T) {
 	if len(e.H.Closes) > 0 {
 		fired[FClose] = true
 	}
-	for _, k := range singleServerFaults {
+	for _, k := range kinds {
 		if !fired[k] {
 			t.Errorf("fault %s never fired: run longer (FAULT_DURATION)", k)
 		}

@@ -16,6 +16,13 @@ func Report(t testing.TB, h *History, replay string) []Violation {
 	t.Helper()
 	vs := Check(h)
 	t.Log(Summary(h))
+	if path := os.Getenv("FAULT_HISTORY"); path != "" {
+		if err := os.WriteFile(path, []byte(h.Timeline("", 0, Never, 0)), 0o644); err != nil {
+			t.Logf("FAULT_HISTORY: %v", err)
+		} else {
+			t.Logf("the whole history is in %s", path)
+		}
+	}
 	if len(vs) == 0 {
 		return nil
 	}
@@ -47,13 +54,6 @@ func Report(t testing.TB, h *History, replay string) []Violation {
 		}
 		fmt.Fprintf(&b, "  %s\n", v)
 	}
-	if path := os.Getenv("FAULT_HISTORY"); path != "" {
-		if err := os.WriteFile(path, []byte(h.Timeline("", 0, Never, 0)), 0o644); err != nil {
-			t.Logf("FAULT_HISTORY: %v", err)
-		} else {
-			fmt.Fprintf(&b, "\nthe whole history is in %s\n", path)
-		}
-	}
 	t.Error(b.String())
 	return vs
 }
@@ -72,7 +72,8 @@ func Summary(h *History) string {
 	ops := map[string]int{}
 	acq := 0
 	for _, c := range h.Calls {
-		ops[c.Op]++
+		op, _, _ := strings.Cut(c.Op, "[")
+		ops[op]++
 		if c.Acquired && c.Op != "ForceUnlock" {
 			acq++
 		}
