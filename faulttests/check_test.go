@@ -150,8 +150,11 @@ func TestCheckClose(t *testing.T) {
 	// Done still open after Close returned
 	held.DoneAt = 40 * s
 	expect(t, CheckClose(h), "close", 1)
-	// ended, but as lost, not closed
-	held.DoneAt, held.DoneClosed, held.DoneErr = 5*s+ms(5), false, "lost"
+	// lost just as Close began: a legitimate end
+	held.DoneAt, held.DoneClosed, held.DoneErr = 5*s+ms(5), false, "fairlock: lock lost"
+	expect(t, CheckClose(h), "close", 0)
+	// ended by Close, but reported as lost, not closed
+	held.DoneAt = 5*s + DoneTolerance + ms(5)
 	expect(t, CheckClose(h), "close", 1)
 	held.DoneClosed = true
 	// a wait that goes on after Close returned

@@ -13,8 +13,9 @@ import (
 // by default), so the locks should survive; the checkers still allow the
 // loss of an unreplicated write (a failover is a data-losing event).
 func TestClusterPrimaryKilled(t *testing.T) {
+	t.Parallel()
 	seed := seedFromEnv(t)
-	dur := envDur("FAULT_CLUSTER_DURATION", 30*time.Second)
+	dur := envDur("FAULT_CLUSTER_DURATION", 20*time.Second)
 	w := Workload{
 		Seed: seed, Clients: 4, Workers: 2,
 		Locks:   []LockSpec{{"cre", Reentrant}, {"cfr", FairRedisson}, {"cfs", FairScalable}},
@@ -27,8 +28,9 @@ func TestClusterPrimaryKilled(t *testing.T) {
 // The random workload on a primary with one replica (Sentinels promote the
 // replica when the primary is killed).
 func TestReplicaFailover(t *testing.T) {
+	t.Parallel()
 	seed := seedFromEnv(t)
-	dur := envDur("FAULT_CLUSTER_DURATION", 30*time.Second)
+	dur := envDur("FAULT_CLUSTER_DURATION", 20*time.Second)
 	w := Workload{
 		Seed: seed, Clients: 4, Workers: 2,
 		Locks:   []LockSpec{{"rre", Reentrant}, {"rfr", FairRedisson}, {"rfs", FairScalable}},

@@ -15,7 +15,7 @@ import (
 // configuration CI runs; environment variables make it longer:
 //
 //	FAULT_SEED      replay a run (printed by every run)
-//	FAULT_DURATION  how long the workload runs (default 60s)
+//	FAULT_DURATION  how long the workload runs (default 45s)
 //	FAULT_CLIENTS   clients (default 6), FAULT_WORKERS goroutines per client (default 2)
 //	FAULT_GAP       mean pause between faults (default 1s)
 //
@@ -56,8 +56,9 @@ func seedFromEnv(t *testing.T) uint64 {
 var singleServerFaults = []FaultKind{FLatency, FStall, FReset, FSkew, FDead, FClose, FPubSubKill, FClientPause, FSigStop, FRestart}
 
 func TestRandomFaults(t *testing.T) {
+	t.Parallel()
 	seed := seedFromEnv(t)
-	dur := envDur("FAULT_DURATION", 60*time.Second)
+	dur := envDur("FAULT_DURATION", 45*time.Second)
 	gap := envDur("FAULT_GAP", time.Second)
 	w := Workload{
 		Seed: seed, Clients: envInt("FAULT_CLIENTS", 6), Workers: envInt("FAULT_WORKERS", 2),
