@@ -160,7 +160,11 @@ func TestCheckClose(t *testing.T) {
 	// a wait that goes on after Close returned
 	wait.End = 9 * s
 	expect(t, CheckClose(h), "close", 1)
+	// a wait that returned something else than ErrClosed just as Close began is fine...
 	wait.End, wait.Closed, wait.Err = 5*s+ms(8), false, "canceled"
+	expect(t, CheckClose(h), "close", 0)
+	// ...not one that Close ended
+	wait.End = 5*s + DoneTolerance + ms(5)
 	expect(t, CheckClose(h), "close", 1)
 }
 

@@ -39,20 +39,24 @@ func Report(t testing.TB, h *History, replay string) []Violation {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d violations (%s)\nreplay: %s\n\nfirst violation:\n  %s\n\nhistory of %s around it:\n%s",
 		len(vs), strings.Join(kinds, ", "), replay, first, lockOr(first.Lock), h.Timeline(first.Lock, first.At-12*time.Second, first.At+3*time.Second, 70))
-	fmt.Fprintf(&b, "\nfirst violation of each check:\n")
-	seen := map[string]bool{}
-	for _, v := range vs {
-		if !seen[v.Check] {
-			seen[v.Check] = true
-			fmt.Fprintf(&b, "  %s\n", v)
+	if len(count) > 1 {
+		fmt.Fprintf(&b, "\nfirst violation of each check:\n")
+		seen := map[string]bool{}
+		for _, v := range vs {
+			if !seen[v.Check] {
+				seen[v.Check] = true
+				fmt.Fprintf(&b, "  %s\n", v)
+			}
 		}
 	}
-	fmt.Fprintf(&b, "\nall violations (first 25):\n")
-	for i, v := range vs {
-		if i == 25 {
-			break
+	if len(vs) > 1 {
+		fmt.Fprintf(&b, "\nall violations (first 25):\n")
+		for i, v := range vs {
+			if i == 25 {
+				break
+			}
+			fmt.Fprintf(&b, "  %s\n", v)
 		}
-		fmt.Fprintf(&b, "  %s\n", v)
 	}
 	t.Error(b.String())
 	return vs
