@@ -471,3 +471,45 @@ func warm(t *testing.T, h *Handle) {
 		t.Fatal(err)
 	}
 }
+
+// No fault at all: a TryLockFor waiter keeps its place in the queue for its
+// whole wait (its wait is its slot). Here it queues behind a waiter whose
+// turn came late (the holder kept the lock longer than its lease, renewed
+// by the watchdog), and a Lock waiter queues behind it: it must still be
+// granted before the Lock waiter that joined after it.
+func TestFairTryLockForKeepsItsPlace(t *testing.T) {
+	eachKind(t, fairKinds, func(t *testing.T, k LockKind) {
+		e := NewSingle(t)
+		s := e.Script()
+		var hs []*Handle
+		for i := 0; i < 4; i++ {
+			hs = append(hs, e.NewClient().Handle("L", k))
+		}
+		h, a, b, c := hs[0], hs[1], hs[2], hs[3]
+		if err := s.Lock(h, 5*time.Second); err != nil { // holds 2 leases
+			t.Fatal(err)
+		}
+		s.Go(func() { // a queues first and holds for a lease once granted
+			if err := s.Lock(a, 30*time.Second); err == nil {
+				time.Sleep(WatchdogLease)
+				_ = s.Unlock(a, 5*time.Second)
+			}
+		})
+		time.Sleep(WatchdogLease + time.Second) // longer than the lock's lease when a joined
+		s.Go(func() {                           // b queues second, for up to 2 leases
+			if ok, err := s.TryLockFor(b, 2*WatchdogLease, 0, 30*time.Second); ok && err == nil {
+				_ = s.Unlock(b, 5*time.Second)
+			}
+		})
+		time.Sleep(500 * time.Millisecond)
+		s.Go(func() { // c queues third
+			if err := s.Lock(c, 30*time.Second); err == nil {
+				time.Sleep(300 * time.Millisecond)
+				_ = s.Unlock(c, 5*time.Second)
+			}
+		})
+		time.Sleep(WatchdogLease - 1500*time.Millisecond)
+		_ = s.Unlock(h, 5*time.Second)
+		s.Check(t)
+	})
+}
