@@ -106,21 +106,41 @@ func CheckExclusion(h *History) []Violation {
 	return vs
 }
 
-// clientFaults lists the per-client faults of client c (close and death
-// included).
-func clientFaults(h *History, c int) []Fault {
-	var fs []Fault
+// index groups a history's records for the checkers: built once per
+// check, so a long soak's history is checked in near-linear time.
+type index struct {
+	faults map[int][]Fault    // per-client faults of each client, its close and death included
+	joins  map[string][]Join  // "queued" replies by owner, in time order
+	calls  map[string][]*Call // calls by lock
+	clips  map[int]time.Duration
+}
+
+func newIndex(h *History) *index {
+	ix := &index{faults: map[int][]Fault{}, joins: map[string][]Join{}, calls: map[string][]*Call{}, clips: map[int]time.Duration{}}
 	for _, f := range h.Faults {
-		if f.Client == c {
-			fs = append(fs, f)
+		if f.Client >= 0 {
+			ix.faults[f.Client] = append(ix.faults[f.Client], f)
+		}
+		if f.Kind == FDead {
+			ix.clip(f.Client)
+			ix.clips[f.Client] = min(ix.clips[f.Client], f.Start)
 		}
 	}
 	for _, cl := range h.Closes {
-		if cl.Client == c {
-			fs = append(fs, Fault{Kind: FClose, Client: c, Start: cl.Start, End: Never})
-		}
+		ix.faults[cl.Client] = append(ix.faults[cl.Client], Fault{Kind: FClose, Client: cl.Client, Start: cl.Start, End: Never})
+		ix.clip(cl.Client)
+		ix.clips[cl.Client] = min(ix.clips[cl.Client], cl.Start)
 	}
-	return fs
+	for _, j := range h.Joins {
+		ix.joins[j.Owner] = append(ix.joins[j.Owner], j)
+	}
+	for _, js := range ix.joins {
+		sort.Slice(js, func(a, b int) bool { return js[a].Start < js[b].Start })
+	}
+	for _, c := range h.Calls {
+		ix.calls[c.Lock] = append(ix.calls[c.Lock], c)
+	}
+	return ix
 }
 
 func overlaps(aStart, aEnd, bStart, bEnd time.Duration) bool {
@@ -128,8 +148,8 @@ func overlaps(aStart, aEnd, bStart, bEnd time.Duration) bool {
 }
 
 // faultedDuring reports whether client c had a fault overlapping [from, to].
-func faultedDuring(h *History, c int, from, to time.Duration) bool {
-	for _, f := range clientFaults(h, c) {
+func (ix *index) faultedDuring(c int, from, to time.Duration) bool {
+	for _, f := range ix.faults[c] {
 		if overlaps(f.Start, f.End, from, to) {
 			return true
 		}
@@ -139,14 +159,27 @@ func faultedDuring(h *History, c int, from, to time.Duration) bool {
 
 // joinsOf lists the "queued" replies of an acquisition call's attempts;
 // the first is its join.
-func joinsOf(h *History, c *Call) []Join {
-	var js []Join
-	for _, j := range h.Joins {
-		if j.Owner == c.Owner && j.Lock == c.Lock && j.Start >= c.Start && j.End <= c.End {
-			js = append(js, j)
+func (ix *index) joinsOf(c *Call) []Join {
+	js := ix.joins[c.Owner]
+	i := sort.Search(len(js), func(i int) bool { return js[i].Start >= c.Start })
+	var out []Join
+	for ; i < len(js) && js[i].End <= c.End; i++ {
+		if js[i].Lock == c.Lock {
+			out = append(out, js[i])
 		}
 	}
-	return js
+	return out
+}
+
+// clip is when client c stopped being able to keep promises (died or was
+// closed), Never if it did not.
+func (ix *index) clip(c int) time.Duration {
+	t, ok := ix.clips[c]
+	if !ok {
+		ix.clips[c] = Never
+		return Never
+	}
+	return t
 }
 
 // CheckOrder: on a fair lock, for two waiters A and B that both queued
@@ -155,6 +188,7 @@ func joinsOf(h *History, c *Call) []Join {
 // had no fault during the wait and with no order-breaking server fault
 // meanwhile, A is granted before B.
 func CheckOrder(h *History) []Violation {
+	ix := newIndex(h)
 	type granted struct {
 		c *Call
 		j Join
@@ -164,11 +198,11 @@ func CheckOrder(h *History) []Violation {
 		if !h.Locks[c.Lock].Fair() || !c.Wait || c.Reentry || !c.Acquired || c.End == Never {
 			continue
 		}
-		js := joinsOf(h, c)
+		js := ix.joinsOf(c)
 		if len(js) == 0 { // taken at once, never queued
 			continue
 		}
-		if faultedDuring(h, c.Client, c.Start, c.End) {
+		if ix.faultedDuring(c.Client, c.Start, c.End) {
 			continue
 		}
 		bad := false
@@ -197,27 +231,11 @@ func CheckOrder(h *History) []Violation {
 	return vs
 }
 
-// clipAt is when client c stopped being able to keep promises (died or
-// was closed), Never if it did not.
-func clipAt(h *History, c int) time.Duration {
-	t := Never
-	for _, f := range h.Faults {
-		if f.Client == c && f.Kind == FDead {
-			t = min(t, f.Start)
-		}
-	}
-	for _, cl := range h.Closes {
-		if cl.Client == c {
-			t = min(t, cl.Start)
-		}
-	}
-	return t
-}
-
 // CheckLiveness: a live waiter (no fault on its own client during its wait)
 // that sees the lock free, with no earlier live waiter of a fair lock still
 // waiting, is granted within liveBound of the faults that fired.
 func CheckLiveness(h *History) []Violation {
+	ix := newIndex(h)
 	var vs []Violation
 	windows := map[string][]*Window{}
 	for _, w := range h.Windows {
@@ -232,13 +250,13 @@ func CheckLiveness(h *History) []Violation {
 	for lock, ws := range waits {
 		fair := h.Locks[lock].Fair()
 		for _, w := range ws {
-			end := min(w.End, clipAt(h, w.Client))
+			end := min(w.End, ix.clip(w.Client))
 			if end <= w.Start {
 				continue
 			}
 			// own faults before the clip exclude the waiter
 			own := false
-			for _, f := range clientFaults(h, w.Client) {
+			for _, f := range ix.faults[w.Client] {
 				if (f.Kind != FDead && f.Kind != FClose) && overlaps(f.Start, f.End, w.Start, end) {
 					own = true
 				}
@@ -251,16 +269,17 @@ func CheckLiveness(h *History) []Violation {
 			type iv struct{ a, b time.Duration }
 			var busy []iv
 			for _, x := range windows[lock] {
-				xe, _ := x.End()
-				busy = append(busy, iv{x.Start, xe})
+				if xe, _ := x.End(); xe > w.Start && x.Start < end {
+					busy = append(busy, iv{x.Start, xe})
+				}
 			}
 			if fair {
 				for _, o := range ws {
 					if o == w || o.Start >= w.Start || o.Client == w.Client && o.Owner == w.Owner {
 						continue
 					}
-					oe := min(o.End, clipAt(h, o.Client))
-					if faultedDuring(h, o.Client, o.Start, oe) {
+					oe := min(o.End, ix.clip(o.Client))
+					if oe <= w.Start || ix.faultedDuring(o.Client, o.Start, oe) {
 						continue // a faulty waiter ahead is paid for in the bound
 					}
 					busy = append(busy, iv{o.Start, oe})
@@ -275,17 +294,17 @@ func CheckLiveness(h *History) []Violation {
 				}
 				from := a - maxLease() - HeadGrace
 				others := map[int]bool{}
-				for _, c := range h.Calls {
-					if c.Lock == lock && c.Client != w.Client && overlaps(c.Start, c.End, from, b) && faultedDuring(h, c.Client, from, b) {
-						others[c.Client] = true
+				for _, c := range ix.calls[lock] {
+					if c.Client == w.Client || others[c.Client] {
+						continue
 					}
-					if c.Lock == lock && c.Client != w.Client && c.Start < b && clipAt(h, c.Client) < b {
+					if overlaps(c.Start, c.End, from, b) && ix.faultedDuring(c.Client, from, b) || c.Start < b && ix.clip(c.Client) < b {
 						others[c.Client] = true
 					}
 				}
 				for _, x := range windows[lock] {
 					xe, _ := x.End()
-					if x.Client != w.Client && overlaps(x.Start, xe, from, b) && faultedDuring(h, x.Client, from, b) {
+					if x.Client != w.Client && overlaps(x.Start, xe, from, b) && ix.faultedDuring(x.Client, from, b) {
 						others[x.Client] = true
 					}
 				}

@@ -359,11 +359,12 @@ func (h *History) Timeline(lock string, from, to time.Duration, maxLines int) st
 			add(e, "end    "+w.String())
 		}
 	}
+	ix := newIndex(h)
 	for _, c := range h.Calls {
 		if !on(c.Lock) || !c.Wait {
 			continue
 		}
-		if js := joinsOf(h, c); len(js) > 0 {
+		if js := ix.joinsOf(c); len(js) > 0 {
 			add(js[0].End, fmt.Sprintf("joined %s queued in call #%d (script call %s..%s)", short(c.Owner), c.ID, ts(js[0].Start), ts(js[0].End)))
 		}
 	}
