@@ -1,6 +1,7 @@
 package faulttests
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -186,4 +187,34 @@ func TestCheckResource(t *testing.T) {
 	h.Ops[1].Wrote, h.Ops[1].Write = true, 4*s
 	h.Faults = []Fault{{Kind: FRestart, Client: -1, Start: ms(1200), End: ms(1300)}}
 	expect(t, CheckResource(h), "resource", 0)
+}
+
+// The leftover check catches, on a real server, a lock without a TTL, a
+// latch that outlives its TTL, a queue entry of a client that did not die,
+// and a channel still subscribed; it accepts what may stay.
+func TestCheckLeftovers(t *testing.T) {
+	e := NewSingle(t)
+	c := e.NewClient()
+	ctx := context.Background()
+	admin := e.primaries()[0]
+	name := e.LockName("L")
+	if v := e.CheckLeftovers(); len(v) != 0 {
+		t.Fatalf("nothing left, yet: %v", v)
+	}
+	admin.HSet(ctx, name, c.C.ID()+":1", 1) // a lock with no TTL
+	admin.Set(ctx, "redisson_unlock_latch:"+name+":x", "1", time.Hour)
+	admin.RPush(ctx, "redisson_lock_queue:"+name, c.C.ID()+":2")
+	ps := admin.Subscribe(ctx, "redisson_lock__channel:"+name)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, e.CheckLeftovers(), "leftover", 4)
+
+	// what may stay: a lock whose lease runs, a fresh latch, a dead client's waiter
+	_ = ps.Close()
+	admin.PExpire(ctx, name, WatchdogLease)
+	admin.Expire(ctx, "redisson_unlock_latch:"+name+":x", LatchTTL)
+	c.dead.Store(true)
+	expect(t, e.CheckLeftovers(), "leftover", 0)
 }

@@ -108,5 +108,17 @@ func runRandom(t *testing.T, e *Env, w Workload, dur, gap time.Duration, kinds [
 			t.Errorf("fault %s never fired: run longer (FAULT_DURATION)", k)
 		}
 	}
+	// the join hook recognises the fair scripts by their SHA: if they were
+	// renamed or reshaped it would see nothing, and the order check would
+	// pass vacuously
+	fairWaits := 0
+	for _, c := range e.H.Calls {
+		if e.H.Locks[c.Lock].Fair() && c.Wait && !c.Reentry {
+			fairWaits++
+		}
+	}
+	if fairWaits > 20 && len(e.H.Joins) == 0 {
+		t.Errorf("%d fair waits but the join hook saw no queue join: the order check is blind", fairWaits)
+	}
 	Report(t, e.H, replay)
 }
