@@ -44,6 +44,11 @@ const (
 	// after such an end is not counted. Also how late a worker may record
 	// the end of a call that Close ended.
 	DoneTolerance = 250 * time.Millisecond
+	// CloseTolerance: a waiting call that Close ended must have been
+	// recorded as returned within this of Close returning (the worker
+	// goroutine records the return once it runs). Holds are checked
+	// without it: their Done and Err are read right after Close returns.
+	CloseTolerance = time.Second
 	// SkewMax bounds the clock skews the suite injects (SetClockSkew):
 	// well inside the head grace, as docs/design.md asks of clocks.
 	SkewMax = HeadGrace / 4

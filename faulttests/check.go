@@ -386,22 +386,31 @@ func CheckClose(h *History) []Violation {
 			if w.DoneAt < cl.Start { // ended before Close
 				continue
 			}
+			lostBefore := w.DoneAt < cl.Start+DoneTolerance && strings.Contains(w.DoneErr, "lost")
+			if st, ok := cl.Handles[w.Owner]; ok { // seen right after Close returned
+				switch {
+				case !st.DoneClosed:
+					vs = append(vs, Violation{"close", w.Lock, cl.End, fmt.Sprintf("c%d's Close returned at %s but Done was not closed: %s", cl.Client, ts(cl.End), w)})
+				case !st.ErrClosed && !lostBefore:
+					vs = append(vs, Violation{"close", w.Lock, cl.End, fmt.Sprintf("c%d's Close ended a hold whose Err (%s) does not match ErrClosed: %s", cl.Client, st.Err, w)})
+				}
+				continue
+			}
 			switch {
 			case w.DoneAt > lim:
 				vs = append(vs, Violation{"close", w.Lock, lim, fmt.Sprintf("c%d's Close returned at %s but Done was not closed (seen at %s): %s", cl.Client, ts(cl.End), ts(w.DoneAt), w)})
-			case !w.DoneClosed && w.DoneAt < cl.Start+DoneTolerance && strings.Contains(w.DoneErr, "lost"):
-				// lost just before Close: a legitimate end
-			case !w.DoneClosed:
+			case !w.DoneClosed && !lostBefore:
 				vs = append(vs, Violation{"close", w.Lock, w.DoneAt, fmt.Sprintf("c%d's Close ended a hold whose Err does not match ErrClosed: %s", cl.Client, w)})
 			}
 		}
+		wlim := cl.End + CloseTolerance
 		for _, c := range h.Calls {
 			if c.Client != cl.Client || !c.Wait || c.Start > cl.Start || c.End < cl.Start {
 				continue
 			}
 			switch {
-			case c.End > lim:
-				vs = append(vs, Violation{"close", c.Lock, lim, fmt.Sprintf("c%d's Close returned at %s but a waiting call was still in progress (returned %s): %s", cl.Client, ts(cl.End), ts(c.End), c)})
+			case c.End > wlim:
+				vs = append(vs, Violation{"close", c.Lock, wlim, fmt.Sprintf("c%d's Close returned at %s but a waiting call was still in progress (returned %s): %s", cl.Client, ts(cl.End), ts(c.End), c)})
 			case !c.Closed && !c.Acquired && c.End > cl.Start+DoneTolerance:
 				vs = append(vs, Violation{"close", c.Lock, c.End, fmt.Sprintf("a wait ended by Close did not return ErrClosed: %s", c)})
 			}

@@ -158,6 +158,17 @@ func TestCheckClose(t *testing.T) {
 	held.DoneAt = 5*s + DoneTolerance + ms(5)
 	expect(t, CheckClose(h), "close", 1)
 	held.DoneClosed = true
+	// what the handle showed right after Close returned decides, not
+	// when a watcher goroutine saw Done close
+	held.DoneAt, held.DoneClosed, held.DoneErr = 5*s+ms(600), true, "closed"
+	h.Closes[0].Handles = map[string]HandleState{"a:1": {DoneClosed: true, Err: "closed", ErrClosed: true}}
+	expect(t, CheckClose(h), "close", 0)
+	h.Closes[0].Handles = map[string]HandleState{"a:1": {DoneClosed: false}}
+	expect(t, CheckClose(h), "close", 1)
+	h.Closes[0].Handles = map[string]HandleState{"a:1": {DoneClosed: true, Err: "lost", ErrClosed: false}}
+	expect(t, CheckClose(h), "close", 1)
+	h.Closes[0].Handles = nil
+	held.DoneAt = 5*s + ms(5)
 	// a wait that goes on after Close returned
 	wait.End = 9 * s
 	expect(t, CheckClose(h), "close", 1)

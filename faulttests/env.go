@@ -82,6 +82,9 @@ type Client struct {
 	dead   atomic.Bool
 	closed atomic.Bool
 	env    *Env
+
+	hmu     sync.Mutex
+	handles []*Handle
 }
 
 // Live reports that the client neither died nor was closed.
@@ -224,6 +227,9 @@ func (c *Client) Handle(id string, k LockKind) *Handle {
 		e.T.Fatal(err)
 	}
 	h := &Handle{Client: c, Lock: name, Kind: k, L: l}
+	c.hmu.Lock()
+	c.handles = append(c.handles, h)
+	c.hmu.Unlock()
 	e.H.Update(func() { e.H.Locks[name] = k })
 	e.mu.Lock()
 	e.owners[l.Owner()] = h
@@ -293,13 +299,29 @@ func (hk joinHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// Close closes client c, recording the call.
+// Close closes client c, recording the call and, right after it returned,
+// every handle's Done and Err (so the Close check does not depend on how
+// soon a watcher goroutine runs).
 func (c *Client) Close() {
 	h := c.env.H
 	c.closed.Store(true)
 	start := h.Now()
 	_ = c.C.Close()
-	h.AddClose(CloseEvent{Client: c.ID, Start: start, End: h.Now()})
+	end := h.Now()
+	c.hmu.Lock()
+	states := make(map[string]HandleState, len(c.handles))
+	for _, hd := range c.handles {
+		st := HandleState{}
+		select {
+		case <-hd.L.Done():
+			st.DoneClosed = true
+		default:
+		}
+		st.Err, st.ErrClosed = errText(hd.L.Err())
+		states[hd.L.Owner()] = st
+	}
+	c.hmu.Unlock()
+	h.AddClose(CloseEvent{Client: c.ID, Start: start, End: end, Handles: states})
 }
 
 // CheckLeftovers looks, after every client was closed, for keys and

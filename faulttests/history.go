@@ -205,10 +205,19 @@ type ResourceOp struct {
 	Write       time.Duration
 }
 
-// CloseEvent is one Client.Close call.
+// CloseEvent is one Client.Close call, with what each of the client's
+// handles showed right after it returned (by owner).
 type CloseEvent struct {
 	Client     int
 	Start, End time.Duration
+	Handles    map[string]HandleState
+}
+
+// HandleState is a handle's Done and Err as seen at one moment.
+type HandleState struct {
+	DoneClosed bool
+	Err        string
+	ErrClosed  bool // Err matches fairlock.ErrClosed
 }
 
 // Violation is one broken promise.
