@@ -122,6 +122,7 @@ type Server struct {
 	Addr string
 	port int
 	cmd  *exec.Cmd
+	args []string // extra redis-server arguments (StartWith)
 }
 
 // Start starts a redis-server on a free loopback port and waits until it
@@ -158,6 +159,7 @@ func (s *Server) start(bin string) error {
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
 		"--protected-mode", "yes", "--loglevel", "warning")
+	s.cmd.Args = append(s.cmd.Args, s.args...)
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, _ := s.cmd.StdoutPipe()
 	if err := s.cmd.Start(); err != nil {

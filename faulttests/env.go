@@ -1,0 +1,441 @@
+package faulttests
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/fair"
+	"github.com/fairlock-go/fairlock/internal/faultproxy"
+	"github.com/fairlock-go/fairlock/internal/redistest"
+	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/reentrant"
+)
+
+// Locker is what the workload calls on a lock handle: the public API that
+// reentrant.Mutex and fair.Mutex share.
+type Locker interface {
+	Lock(ctx context.Context) error
+	LockWithLease(ctx context.Context, lease time.Duration) error
+	TryLock(ctx context.Context) (bool, error)
+	TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error)
+	Unlock(ctx context.Context) error
+	ForceUnlock(ctx context.Context) (bool, error)
+	Done() <-chan struct{}
+	Err() error
+	Owner() string
+	HoldCount(ctx context.Context) (int, error)
+}
+
+// validUntiler is the coming ValidUntil method, used when the lock types
+// have it.
+type validUntiler interface{ ValidUntil() time.Time }
+
+// Dialer is a go-redis dialer.
+type Dialer = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// Env is a Redis deployment for one test, the clients of the test (each
+// behind its own proxies), and the history they write.
+type Env struct {
+	T   testing.TB
+	H   *History
+	Tag string // in every key and channel of the test's locks
+
+	// Server is the single server, when the deployment is one.
+	Server    *redistest.Server
+	Cluster   *redistest.Cluster
+	Sentinels *redistest.Sentinels
+
+	// newRDB makes a client's go-redis client over dial.
+	newRDB func(dial Dialer) redis.UniversalClient
+	// primaries lists direct (unproxied) clients to every primary.
+	primaries func() []*redis.Client
+
+	mu      sync.Mutex
+	clients []*Client
+	owners  map[string]*Handle
+	joinSHA map[string]bool
+
+	resMu    sync.Mutex
+	resource map[string]int // the protected counter of each lock
+}
+
+// Client is one fairlock.Client of a test, with its network.
+type Client struct {
+	ID     int
+	Net    *faultproxy.Group
+	RDB    redis.UniversalClient
+	C      *fairlock.Client
+	dead   atomic.Bool
+	closed atomic.Bool
+	env    *Env
+
+	hmu     sync.Mutex
+	handles []*Handle
+}
+
+// Live reports that the client neither died nor was closed.
+func (c *Client) Live() bool { return !c.dead.Load() && !c.closed.Load() }
+
+// Handle is one lock handle (one owner) of a client.
+type Handle struct {
+	Client *Client
+	Lock   string
+	Kind   LockKind
+	L      Locker
+}
+
+func newEnv(t testing.TB) *Env {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	e := &Env{T: t, H: NewHistory(), Tag: "flt" + hex.EncodeToString(b[:]), owners: map[string]*Handle{}, resource: map[string]int{}}
+	e.joinSHA = map[string]bool{
+		lua.Default.Script(lua.FileFairTryLockWait).Hash():             true,
+		lua.ScalableDefault.Script(lua.FileScalableTryLockWait).Hash(): true,
+	}
+	return e
+}
+
+func clientOptions(o *redis.Options, dial Dialer) {
+	o.Dialer = dial
+	o.ReadTimeout = ReadTimeout
+	o.WriteTimeout = ReadTimeout
+}
+
+// NewSingle starts a private redis-server for t.
+func NewSingle(t testing.TB) *Env {
+	e := newEnv(t)
+	e.Server = redistest.StartWithT(t)
+	admin := redis.NewClient(&redis.Options{Addr: e.Server.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	e.primaries = func() []*redis.Client { return []*redis.Client{admin} }
+	e.newRDB = func(dial Dialer) redis.UniversalClient {
+		o := &redis.Options{Addr: e.Server.Addr}
+		clientOptions(o, dial)
+		return redis.NewClient(o)
+	}
+	return e
+}
+
+// NewCluster starts a private Redis Cluster (3 primaries, 3 replicas).
+func NewCluster(t testing.TB) *Env {
+	e := newEnv(t)
+	e.Cluster = redistest.ClusterT(t)
+	e.primaries = func() []*redis.Client {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		addrs, _ := e.Cluster.Primaries(ctx)
+		var out []*redis.Client
+		for _, a := range addrs {
+			c := redis.NewClient(&redis.Options{Addr: a})
+			t.Cleanup(func() { _ = c.Close() })
+			out = append(out, c)
+		}
+		return out
+	}
+	e.newRDB = func(dial Dialer) redis.UniversalClient {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: e.Cluster.Addrs(), Dialer: dial, ReadTimeout: ReadTimeout, WriteTimeout: ReadTimeout})
+	}
+	return e
+}
+
+// NewReplicated starts a primary with one replica (and Sentinels, which
+// promote the replica when the primary dies).
+func NewReplicated(t testing.TB) *Env {
+	e := newEnv(t)
+	e.Sentinels = redistest.SentinelsT(t)
+	e.primaries = func() []*redis.Client {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		a, err := e.Sentinels.MasterAddr(ctx)
+		if err != nil {
+			return nil
+		}
+		c := redis.NewClient(&redis.Options{Addr: a})
+		t.Cleanup(func() { _ = c.Close() })
+		return []*redis.Client{c}
+	}
+	e.newRDB = func(dial Dialer) redis.UniversalClient {
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.MasterName, SentinelAddrs: e.Sentinels.SentinelAddrs(),
+			Dialer: dial, ReadTimeout: ReadTimeout, WriteTimeout: ReadTimeout})
+	}
+	return e
+}
+
+// LockName is the name of the test's lock id.
+func (e *Env) LockName(id string) string { return e.Tag + ":{" + id + "}" }
+
+// NewClient makes a client behind its own proxies.
+func (e *Env) NewClient(opts ...fairlock.Option) *Client {
+	e.mu.Lock()
+	id := len(e.clients)
+	e.mu.Unlock()
+	g := faultproxy.StartGroup(e.T)
+	rdb := e.newRDB(g.Dialer)
+	rdb.AddHook(joinHook{e})
+	base := []fairlock.Option{
+		fairlock.WithLease(WatchdogLease), fairlock.WithHeadGrace(HeadGrace), fairlock.WithWaitSlot(WaitSlot),
+		fairlock.WithCleanupTimeout(CleanupTime), fairlock.WithLatchTTL(LatchTTL),
+	}
+	fc, err := fairlock.NewClient(rdb, append(base, opts...)...)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	c := &Client{ID: id, Net: g, RDB: rdb, C: fc, env: e}
+	e.T.Cleanup(func() { _ = fc.Close(); _ = rdb.Close() })
+	e.mu.Lock()
+	e.clients = append(e.clients, c)
+	e.mu.Unlock()
+	return c
+}
+
+// Clients lists the clients made so far.
+func (e *Env) Clients() []*Client {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]*Client(nil), e.clients...)
+}
+
+// Handle makes a handle of c on the lock id of kind k.
+func (c *Client) Handle(id string, k LockKind) *Handle {
+	e := c.env
+	name := e.LockName(id)
+	var l Locker
+	var err error
+	switch k {
+	case Reentrant:
+		l, err = reentrant.New(c.C, name)
+	case FairRedisson:
+		l, err = fair.New(c.C, name, fair.WithEngine(fair.Redisson))
+	case FairScalable:
+		l, err = fair.New(c.C, name, fair.WithEngine(fair.Scalable))
+	}
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	h := &Handle{Client: c, Lock: name, Kind: k, L: l}
+	c.hmu.Lock()
+	c.handles = append(c.handles, h)
+	c.hmu.Unlock()
+	e.H.Update(func() { e.H.Locks[name] = k })
+	e.mu.Lock()
+	e.owners[l.Owner()] = h
+	e.mu.Unlock()
+	return h
+}
+
+// joinHook records, for every fair try-lock-wait script call that replied
+// "queued" (a number, not OK), which owner it was for and when it was sent
+// and answered. It is how the suite learns the join order: the scripts are
+// atomic, so a call answered before another was sent ran first in Redis.
+type joinHook struct{ e *Env }
+
+func (joinHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (joinHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (hk joinHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		name := cmd.Name()
+		if name != "evalsha" && name != "eval" {
+			return next(ctx, cmd)
+		}
+		start := hk.e.H.Now()
+		err := next(ctx, cmd)
+		end := hk.e.H.Now()
+		if err != nil {
+			return err
+		}
+		args := cmd.Args()
+		if len(args) < 3 {
+			return err
+		}
+		src := fmt.Sprint(args[1])
+		sha := src
+		if name == "eval" {
+			sum := sha1.Sum([]byte(src))
+			sha = hex.EncodeToString(sum[:])
+		}
+		if !hk.e.joinSHA[sha] {
+			return err
+		}
+		c, ok := cmd.(*redis.Cmd)
+		if !ok {
+			return err
+		}
+		if _, isNum := c.Val().(int64); !isNum {
+			return err
+		}
+		nk, _ := strconv.Atoi(fmt.Sprint(args[2]))
+		if 3+nk > len(args) {
+			return err
+		}
+		hk.e.mu.Lock()
+		var owner *Handle
+		for _, a := range args[3+nk:] {
+			if h, ok := hk.e.owners[fmt.Sprint(a)]; ok {
+				owner = h
+				break
+			}
+		}
+		hk.e.mu.Unlock()
+		if owner != nil {
+			hk.e.H.AddJoin(Join{Owner: owner.L.Owner(), Lock: owner.Lock, Start: start, End: end})
+		}
+		return err
+	}
+}
+
+// Close closes client c, recording the call and, right after it returned,
+// every handle's Done and Err (so the Close check does not depend on how
+// soon a watcher goroutine runs).
+func (c *Client) Close() {
+	h := c.env.H
+	c.closed.Store(true)
+	start := h.Now()
+	_ = c.C.Close()
+	end := h.Now()
+	c.hmu.Lock()
+	states := make(map[string]HandleState, len(c.handles))
+	for _, hd := range c.handles {
+		st := HandleState{}
+		select {
+		case <-hd.L.Done():
+			st.DoneClosed = true
+		default:
+		}
+		st.Err, st.ErrClosed = errText(hd.L.Err())
+		states[hd.L.Owner()] = st
+	}
+	c.hmu.Unlock()
+	h.AddClose(CloseEvent{Client: c.ID, Start: start, End: end, Handles: states})
+}
+
+// CheckLeftovers looks, after every client was closed, for keys and
+// subscriptions of the test's locks left behind: a lock hash must expire
+// within the longest lease, a latch within its TTL, a queue may keep only
+// waiters of clients that died, and no channel may stay subscribed.
+func (e *Env) CheckLeftovers() []Violation {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	at := e.H.Now()
+	// A queue entry may stay behind only for a client that could not
+	// clean up: it died, or a fault (its own or the server's) hid the
+	// outcome of one of its calls (a join held back and delivered after
+	// its give-up). Such an entry lives until it is pruned at its
+	// deadline, as docs/design.md says of a crashed waiter.
+	deadOwner := func(owner string) bool {
+		for _, c := range e.Clients() {
+			if !strings.HasPrefix(owner, c.C.ID()+":") {
+				continue
+			}
+			if c.dead.Load() {
+				return true
+			}
+			e.H.mu.Lock()
+			defer e.H.mu.Unlock()
+			for _, f := range e.H.Faults {
+				if f.Client == c.ID || f.Kind.global() {
+					return true
+				}
+			}
+			return false
+		}
+		return false
+	}
+	var vs []Violation
+	bad := func(format string, a ...any) {
+		vs = append(vs, Violation{"leftover", "", at, fmt.Sprintf(format, a...)})
+	}
+	prims := e.primaries()
+	for _, p := range prims {
+		var keys []string
+		iter := p.Scan(ctx, 0, "*"+e.Tag+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		if err := iter.Err(); err != nil {
+			bad("SCAN on %s: %v", p.Options().Addr, err)
+			continue
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			pttl, _ := p.PTTL(ctx, k).Result()
+			var owners []string
+			switch {
+			case strings.HasPrefix(k, "redisson_unlock_latch:"):
+				if pttl <= 0 || pttl > LatchTTL {
+					bad("latch %s has TTL %v (want at most %v)", k, pttl, LatchTTL)
+				}
+				continue
+			case strings.HasPrefix(k, "redisson_lock_queue:"):
+				owners, _ = p.LRange(ctx, k, 0, -1).Result()
+			case strings.HasPrefix(k, "redisson_lock_timeout:"):
+				owners, _ = p.ZRange(ctx, k, 0, -1).Result()
+			case strings.HasPrefix(k, "fairlock_squeue:"):
+				fs, _ := p.HKeys(ctx, k).Result()
+				for _, f := range fs {
+					if o, ok := strings.CutPrefix(f, "n:"); ok {
+						owners = append(owners, o)
+					}
+				}
+			default:
+				if pttl <= 0 || pttl > maxLease() {
+					bad("key %s has TTL %v (a lock must expire within %v)", k, pttl, maxLease())
+				}
+				continue
+			}
+			for _, o := range owners {
+				if !deadOwner(o) {
+					bad("queue %s still holds %s, a waiter of a client that neither died nor had a fault", k, short(o))
+				}
+			}
+		}
+	}
+	// subscriptions
+	deadline := time.Now().Add(LeftoverWait)
+	for {
+		var chans []string
+		for _, p := range prims {
+			a, _ := p.PubSubChannels(ctx, "*"+e.Tag+"*").Result()
+			b, _ := p.PubSubShardChannels(ctx, "*"+e.Tag+"*").Result()
+			chans = append(chans, a...)
+			chans = append(chans, b...)
+		}
+		if len(chans) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			bad("channels still subscribed %v after every client closed: %v", LeftoverWait, chans)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return vs
+}
+
+// read and write the protected resource
+func (e *Env) readResource(lock string) int {
+	e.resMu.Lock()
+	defer e.resMu.Unlock()
+	return e.resource[lock]
+}
+
+func (e *Env) writeResource(lock string, v int) {
+	e.resMu.Lock()
+	defer e.resMu.Unlock()
+	e.resource[lock] = v
+}
