@@ -217,22 +217,3 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
-
-// Pause stops the server process (SIGSTOP): it keeps its connections but
-// answers nothing, and what clients send meanwhile waits in the kernel's
-// buffers until Resume (SIGCONT). A test that pauses must resume: use
-// t.Cleanup(func() { _ = s.Resume() }).
-func (s *Server) Pause() error {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return fmt.Errorf("redistest: server not running")
-	}
-	return s.cmd.Process.Signal(syscall.SIGSTOP)
-}
-
-// Resume continues a server stopped by Pause (SIGCONT).
-func (s *Server) Resume() error {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return fmt.Errorf("redistest: server not running")
-	}
-	return s.cmd.Process.Signal(syscall.SIGCONT)
-}
