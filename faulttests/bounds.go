@@ -23,7 +23,7 @@ const (
 	// CleanupTime is fairlock.WithCleanupTimeout: the work a call may do
 	// after its context ended.
 	CleanupTime = 2 * time.Second
-	// LatchTTL is fairlock.WithLatchTTL, the lifetime of an unlock latch.
+	// LatchTTL is fairlock.WithLatchTTL, the lifetime of an unlock or acquisition latch.
 	LatchTTL = 10 * time.Second
 	// ReadTimeout is the go-redis ReadTimeout and WriteTimeout of every
 	// test client: go-redis's default, as are MaxRetries and

@@ -376,7 +376,7 @@ func (e *Env) CheckLeftovers() []Violation {
 			pttl, _ := p.PTTL(ctx, k).Result()
 			var owners []string
 			switch {
-			case strings.HasPrefix(k, "redisson_unlock_latch:"):
+			case strings.HasPrefix(k, "redisson_unlock_latch:") || strings.HasPrefix(k, "fairlock_acquire_latch:"):
 				if pttl <= 0 || pttl > LatchTTL {
 					bad("latch %s has TTL %v (want at most %v)", k, pttl, LatchTTL)
 				}

@@ -83,7 +83,9 @@ func runRandom(t *testing.T, e *Env, w Workload, dur, gap time.Duration, kinds [
 	failoverLock := e.LockName(w.Locks[rng.IntN(len(w.Locks))].ID)
 	start := time.Now()
 	tail := 8 * time.Second
-	for i := 0; time.Since(start) < dur-tail; i++ {
+	// Every kind fires once whatever the duration (a slow failover must
+	// not crowd out the kinds after it); then random kinds until the tail.
+	for i := 0; i < len(order) || time.Since(start) < dur-tail; i++ {
 		time.Sleep(between(rng, gap/2, gap*3/2))
 		k := kinds[rng.IntN(len(kinds))]
 		if i < len(order) {
