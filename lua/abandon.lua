@@ -8,13 +8,20 @@
 -- ARGV[1]  owner id
 -- ARGV[2]  latch lifetime in milliseconds
 --
--- The latch becomes 'void', so a copy of the request that reaches Redis
--- later does nothing. Reply: 1 when a copy had already taken (or re-entered)
--- the lock and the owner still holds it: that hold is the caller's to give
--- back (with an unlock); 0 otherwise.
+-- The latch becomes 'void' ('void:held' when a copy had taken the lock), so
+-- a copy of the request that reaches Redis later does nothing. Reply: 1 when
+-- a copy had taken (or re-entered) the lock and the owner still holds it:
+-- that hold is the caller's to give back (with an unlock); 0 otherwise. A
+-- repeat (the caller did not get the first reply) replies the same while the
+-- owner holds the lock.
 local was = redis.call('get', KEYS[2])
-redis.call('set', KEYS[2], 'void', 'px', ARGV[2])
-if was == 'held' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then
-    return 1
+local held = redis.call('hexists', KEYS[1], ARGV[1]) == 1
+if was == 'void:held' then
+    return held and 1 or 0
 end
-return 0
+if was == 'void' then
+    return 0
+end
+held = held and was == 'held'
+redis.call('set', KEYS[2], held and 'void:held' or 'void', 'px', ARGV[2])
+return held and 1 or 0

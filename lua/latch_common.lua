@@ -13,8 +13,10 @@
 --            once it does not (released, or lost), an error: the request was
 --            granted and its hold is over, so a late copy never takes the
 --            lock again;
---   'void'   the caller gave up on the request (abandon.lua): a late copy
---            does nothing at all (it neither takes the lock nor queues).
+--   'void'   the caller gave up on the request (abandon.lua; 'void:held'
+--            when a copy had taken the lock, which the caller gives back):
+--            a late copy does nothing at all (it neither takes the lock nor
+--            queues).
 -- A latch lives ttl milliseconds from the copy that wrote it; ttl 0 (an
 -- acquisition sent with no request id) skips the latch.
 
@@ -24,7 +26,7 @@ local function latch_check(latch, ttl, lock, owner)
         return nil
     end
     local state = redis.call('get', latch)
-    if state == 'void' then
+    if state == 'void' or state == 'void:held' then
         return redis.error_reply('fairlock: acquisition request abandoned')
     end
     if state == 'held' then

@@ -335,7 +335,19 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 	needUnlock := false
 	undone := !suspect
 	left := !queued
+	// The give-back unlock has a request id of its own, fixed across
+	// retries: its latch makes a retry whose first reply was lost return the
+	// first outcome instead of releasing a second hold.
 	unlockArgs := m.unlockArgs(a.LeaseMs)
+	unlockArgs.RequestID = a.AcquireID + "g"
+	// A hold a copy took on a free lock ends by itself with its lease (no
+	// watchdog renews it): past that, a give-back that could not get through
+	// is skipped, so that it can never release a later, legitimate hold. A
+	// copy that re-entered the handle's current hold lives as long as it.
+	ghostEnds := time.Now().Add(time.Duration(a.LeaseMs) * time.Millisecond)
+	m.mu.Lock()
+	holdThen := m.cur
+	m.mu.Unlock()
 	work := func(ctx context.Context) error {
 		if !undone {
 			held, err := callErr2(ctx, func(ctx context.Context) (bool, error) {
@@ -345,6 +357,14 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 				return err
 			}
 			undone, needUnlock = true, held
+		}
+		if needUnlock {
+			m.mu.Lock()
+			stale := time.Now().After(ghostEnds) && (holdThen == nil || m.cur != holdThen)
+			m.mu.Unlock()
+			if stale {
+				needUnlock = false
+			}
 		}
 		if needUnlock {
 			unlockArgs.NowMs = m.S.WallMs()
@@ -364,16 +384,19 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 		}
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.CleanupTime)
-	err := work(ctx)
-	cancel()
-	if err == nil || (notSent(err) && !queued) {
-		return
-	}
 	if slot == 0 {
 		slot = cfg.WaitSlot
 	}
-	m.S.retryLater(time.Now().Add(max(slot, cfg.Lease, cfg.LatchTTL)), work)
+	// The work runs in the background and the caller waits for it at most
+	// CleanupTime: a call still in flight then is not abandoned and sent
+	// again, it goes on (a slow network costs its round trips once).
+	done := m.S.runCleanup(time.Now().Add(max(slot, cfg.Lease, cfg.LatchTTL)), !queued, work)
+	t := time.NewTimer(cfg.CleanupTime)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }
 
 // undo gives back a hold the request a took (it holds the lock now, or may):

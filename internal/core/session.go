@@ -92,8 +92,10 @@ type Session struct {
 	// timeouts; 0 when unknown: every call is suspect).
 	resendAfter time.Duration
 
-	closeCtx context.Context // ended by Close
+	closeCtx context.Context // ended when Close starts: waits end
 	closeNow context.CancelCauseFunc
+	bgCtx    context.Context // ended when Close is done: background cleanups stop
+	bgStop   context.CancelFunc
 	life     sync.Mutex
 	active   sync.WaitGroup // Acquire calls in progress
 	bg       sync.WaitGroup // background cleanups
@@ -120,6 +122,7 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	}
 	s := &Session{ID: newUUID(), RDB: rdb, Scripts: lua.Default, Config: cfg, held: map[*Mutex]int{}}
 	s.closeCtx, s.closeNow = context.WithCancelCause(context.Background())
+	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	s.resendAfter = resendAfter(rdb)
 	mode := pubsub.Sharded(cfg.ShardedPubSub, Slot)
 	if _, ok := rdb.(*redis.ClusterClient); ok && !cfg.ShardedSet {
@@ -230,35 +233,51 @@ func (s *Session) untrack(m *Mutex) {
 	}
 }
 
-// retryLater runs f in the background until it succeeds, the session
-// closes, or until passes; each try is bounded by CleanupTime.
-func (s *Session) retryLater(until time.Time, f func(context.Context) error) {
+// cleanupTry bounds one try of a background cleanup.
+const cleanupTry = 10 * time.Second
+
+// runCleanup runs f in the background now, and again with backoff while it
+// fails, until it succeeds, the session closes, or until passes; each try is
+// bounded by the larger of CleanupTime and cleanupTry. A first try that fails
+// with an error proving nothing was sent is not retried when giveUpUnsent is
+// set. The returned channel is closed when it is over.
+func (s *Session) runCleanup(until time.Time, giveUpUnsent bool, f func(context.Context) error) <-chan struct{} {
+	done := make(chan struct{})
 	s.life.Lock()
 	defer s.life.Unlock()
 	if s.closed.Load() {
-		return
+		// Closing: one try, bounded by CleanupTime (Close is waiting).
+		go func() {
+			defer close(done)
+			ctx, cancel := context.WithTimeout(context.Background(), s.Config.CleanupTime)
+			defer cancel()
+			_ = f(ctx)
+		}()
+		return done
 	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
+		defer close(done)
 		backoff := 100 * time.Millisecond
-		for time.Now().Before(until) {
+		for first := true; ; first = false {
+			ctx, cancel := context.WithTimeout(s.bgCtx, max(s.Config.CleanupTime, cleanupTry))
+			err := f(ctx)
+			cancel()
+			if err == nil || (first && giveUpUnsent && notSent(err)) || !time.Now().Before(until) {
+				return
+			}
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
-			case <-s.closeCtx.Done():
+			case <-s.bgCtx.Done():
 				t.Stop()
-				return
-			}
-			ctx, cancel := context.WithTimeout(s.closeCtx, s.Config.CleanupTime)
-			err := f(ctx)
-			cancel()
-			if err == nil {
 				return
 			}
 			backoff = min(2*backoff, 5*time.Second)
 		}
 	}()
+	return done
 }
 
 // Close ends everything the session started, within bounds:
@@ -300,7 +319,11 @@ func (s *Session) Close() error {
 		cancel()
 
 		s.Watchdog.Close()
-		waitFor(&s.bg, bound)
+		// Background cleanups (give-ups that have not got through) get the
+		// cleanup timeout to finish, then stop.
+		waitFor(&s.bg, s.Config.CleanupTime)
+		s.bgStop()
+		waitFor(&s.bg, time.Second)
 		err = s.Hub.Close()
 	})
 	return err
