@@ -140,7 +140,10 @@ func (s *Scripts) Acquire(ctx context.Context, rdb redis.Scripter, k Keys, a Arg
 // a copy had taken the lock and the owner still holds it; that hold is then
 // the caller's to give back.
 func (s *Scripts) Abandon(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (held bool, err error) {
-	n, err := s.Script(FileAbandon).Run(ctx, rdb, []string{k.Name, a.acquireLatch(k)}, a.Owner, max(a.LatchMs, 1)).Int64()
+	// EVAL, not EVALSHA first: abandon is rare, runs when the network is
+	// slow or failing, and is often the first use of its script on a server,
+	// where EVALSHA would cost a NOSCRIPT round trip.
+	n, err := s.Script(FileAbandon).Eval(ctx, rdb, []string{k.Name, a.acquireLatch(k)}, a.Owner, max(a.LatchMs, 1)).Int64()
 	return n == 1, err
 }
 
