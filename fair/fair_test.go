@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -364,10 +365,16 @@ func TestReentrancy(t *testing.T) {
 }
 
 // recordMessages subscribes to every channel of the lock and records what
-// is published.
+// is published. The function it returns publishes a marker on a channel of
+// the lock that nobody else listens to and waits (up to 10 s) until the
+// marker is recorded: Redis delivers one subscriber's messages in publish
+// order, so by then everything published before the call is recorded, and
+// nothing still on its way can be missed. It returns the record, markers
+// left out.
 func recordMessages(t testing.TB, rdb *redis.Client, name string) func() []string {
 	t.Helper()
-	ps := rdb.PSubscribe(context.Background(), lua.KeysFor(name).Channel+"*")
+	channel := lua.KeysFor(name).Channel
+	ps := rdb.PSubscribe(context.Background(), channel+"*")
 	t.Cleanup(func() { _ = ps.Close() })
 	_, err := ps.Receive(context.Background()) // the confirmation
 	require.NoError(t, err)
@@ -380,10 +387,28 @@ func recordMessages(t testing.TB, rdb *redis.Client, name string) func() []strin
 			mu.Unlock()
 		}
 	}()
+	markers := map[string]bool{}
 	return func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), got...)
+		t.Helper()
+		marker := channel + ":test-marker:" + strconv.Itoa(len(markers)+1)
+		markers[marker+"=mark"] = true
+		require.NoError(t, rdb.Publish(context.Background(), marker, "mark").Err())
+		var out []string
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			out = out[:0]
+			for _, m := range got {
+				if m == marker+"=mark" {
+					return true
+				}
+				if !markers[m] {
+					out = append(out, m)
+				}
+			}
+			return false
+		}, 10*time.Second, time.Millisecond, "the marker published on %s never came back", marker)
+		return out
 	}
 }
 
@@ -410,7 +435,6 @@ func TestUnlockWakesOnlyTheHead(t *testing.T) {
 		require.NoError(t, holder.Unlock(ctx))
 		require.NoError(t, <-res) // the head got it
 		k := lua.KeysFor(name)
-		require.Eventually(t, func() bool { return len(messages()) > 0 }, 10*time.Second, time.Millisecond)
 		assert.Equal(t, []string{k.WaiterChannel(ms[0].Owner()) + "=0"}, messages(), "only the head is woken")
 		held, err := ms[0].IsHeld(ctx)
 		require.NoError(t, err)
