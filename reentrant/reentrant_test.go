@@ -323,16 +323,19 @@ func TestForceUnlockWakesWaiter(t *testing.T) {
 func TestWatchdogKeepsLockAcrossLeases(t *testing.T) {
 	b := redistest.Real(t)
 	ctx := testCtx(t)
-	lease := 300 * time.Millisecond
+	// Renewed every second; a renewal may come two seconds late before
+	// the lease runs out, so a loaded machine does not lose the lock.
+	lease := 3 * time.Second
 	c := newClient(t, b.Client(t), fairlock.WithLease(lease))
 	name := redistest.Prefix(t) + "lock"
 	m, other := newMutex(t, c, name), newMutex(t, c, name)
 	require.NoError(t, m.Lock(ctx))
 	wd := core.Of(c).Watchdog
 	assert.Equal(t, 1, wd.Len())
-	// Another owner waits 4 leases: it must not get the lock, and the
+	// Another owner waits one and a half leases (past the first lease,
+	// over four renewal periods): it must not get the lock, and the
 	// holder must not be told it lost it.
-	ok, err := other.TryLockFor(ctx, 4*lease, 0)
+	ok, err := other.TryLockFor(ctx, lease+lease/2, 0)
 	require.NoError(t, err)
 	assert.False(t, ok, "the watchdog must keep the lock past its lease")
 	select {
