@@ -401,7 +401,11 @@ func TestLostSignalWhenRedisRestarts(t *testing.T) {
 func TestManyLocksOneWatchdogBatch(t *testing.T) {
 	b := redistest.Real(t)
 	ctx := testCtx(t)
-	lease := 300 * time.Millisecond
+	rdb := b.Client(t)
+	// 25 locks renewed 7 per call: four calls a round. The lease is long
+	// enough (renewed every second) that a renewal arriving late on a
+	// loaded machine still saves it.
+	lease := 3 * time.Second
 	c := newClient(t, b.Client(t), fairlock.WithLease(lease), fairlock.WithRenewBatch(7))
 	var ms []*reentrant.Mutex
 	for i := 0; i < 25; i++ {
@@ -409,7 +413,35 @@ func TestManyLocksOneWatchdogBatch(t *testing.T) {
 		require.NoError(t, m.Lock(ctx))
 		ms = append(ms, m)
 	}
-	time.Sleep(4 * lease) // let several renewal rounds pass
+	// Watch every lock's PTTL in Redis until each has gone back up (a
+	// renewal) twice: every batch is renewed, round after round. None may
+	// expire meanwhile.
+	renewals := make([]int, len(ms))
+	last := make([]int64, len(ms))
+	for {
+		cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, m := range ms {
+				p.Do(ctx, "pttl", m.Name())
+			}
+			return nil
+		})
+		require.NoError(t, err, "renewals seen so far: %v", renewals)
+		done := true
+		for i, cmd := range cmds {
+			pttl, err := cmd.(*redis.Cmd).Int64()
+			require.NoError(t, err)
+			require.Positive(t, pttl, "%s expired or lost its lease (renewals seen: %v)", ms[i].Name(), renewals)
+			if last[i] > 0 && pttl > last[i] {
+				renewals[i]++
+			}
+			last[i] = pttl
+			done = done && renewals[i] >= 2
+		}
+		if done {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for _, m := range ms {
 		held, err := m.IsHeld(ctx)
 		require.NoError(t, err)
