@@ -147,7 +147,9 @@ func TestLeaseExpiryFreesLock(t *testing.T) {
 		c := newClient(t, b.Client(t))
 		name := redistest.Prefix(t) + "lock"
 		m, other := newMutex(t, c, name), newMutex(t, c, name)
-		lease := 200 * time.Millisecond
+		// Long enough that it cannot run out before RemainingLease reads
+		// it on a loaded machine; redis-server waits it out for real.
+		lease := 2 * time.Second
 		require.NoError(t, m.LockWithLease(ctx, lease))
 		d, err := m.RemainingLease(ctx)
 		require.NoError(t, err)
