@@ -507,9 +507,12 @@ func TestUnlockCompletesWhenContextEndsMidCall(t *testing.T) {
 		busy := make(chan struct{})
 		go func() { // occupy the only connection for a while
 			defer close(busy)
-			rdb.BLPop(ctx, 300*time.Millisecond, redistest.Prefix(t)+"nothing")
+			rdb.BLPop(ctx, time.Second, redistest.Prefix(t)+"nothing")
 		}()
-		time.Sleep(20 * time.Millisecond) // let BLPOP take the connection
+		// Unlock only once BLPOP has the connection: it then waits for it
+		// far longer than its 50 ms.
+		require.Eventually(t, func() bool { return rdb.PoolStats().IdleConns == 0 }, 10*time.Second, time.Millisecond,
+			"BLPOP never took the only connection")
 		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
 		require.NoError(t, m.Unlock(short))
