@@ -218,15 +218,19 @@ func TestDeadWaiterIsPruned(t *testing.T) {
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
 		c := newClient(t, b.Client(t), fairlock.WithHeadGrace(-1)) // Redisson's rules only
+		// The dead waiter must queue before the holder's lease ends, and
+		// the live one behind it before its slot ends: a second each, so
+		// that a loaded machine keeps that order.
+		lease, slot := time.Second, time.Second
 		holder := newMutex(t, c, name, e.opt)
-		require.NoError(t, holder.LockWithLease(ctx, 300*time.Millisecond)) // and its holder dies too
-		e.dead(t, rdb, name, "dead-client:1", 300*time.Millisecond)
+		require.NoError(t, holder.LockWithLease(ctx, lease)) // and its holder dies too
+		e.dead(t, rdb, name, "dead-client:1", slot)
 		live := newMutex(t, c, name, e.opt)
 		liveRes := make(chan error, 1)
 		go func() { liveRes <- live.Lock(ctx) }()
 		e.waitQueued(t, rdb, name, 2)
 		if b.Mini != nil {
-			b.Mini.FastForward(300 * time.Millisecond) // the holder's lease
+			b.Mini.FastForward(lease)
 		}
 		require.NoError(t, <-liveRes, "the live waiter must get the lock once the dead one is pruned")
 		order, deadlines := e.queue(t, rdb, name)
