@@ -97,7 +97,11 @@ func redissonQueue(t testing.TB, rdb redis.UniversalClient, name string) ([]stri
 
 func TestFIFOAcrossClients(t *testing.T) {
 	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
-		ctx := testCtx(t)
+		// 31 passes through the lock, each waiter queued in turn: bounded
+		// by 90 s rather than testCtx's 30 s, which a loaded machine can
+		// use up.
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
 		clients := []*fairlock.Client{newClient(t, b.Client(t)), newClient(t, b.Client(t)), newClient(t, b.Client(t))}
