@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -96,7 +97,11 @@ func redissonQueue(t testing.TB, rdb redis.UniversalClient, name string) ([]stri
 
 func TestFIFOAcrossClients(t *testing.T) {
 	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
-		ctx := testCtx(t)
+		// 31 passes through the lock, each waiter queued in turn: bounded
+		// by 90 s rather than testCtx's 30 s, which a loaded machine can
+		// use up.
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		defer cancel()
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
 		clients := []*fairlock.Client{newClient(t, b.Client(t)), newClient(t, b.Client(t)), newClient(t, b.Client(t))}
@@ -217,15 +222,19 @@ func TestDeadWaiterIsPruned(t *testing.T) {
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
 		c := newClient(t, b.Client(t), fairlock.WithHeadGrace(-1)) // Redisson's rules only
+		// The dead waiter must queue before the holder's lease ends, and
+		// the live one behind it before its slot ends: a second each, so
+		// that a loaded machine keeps that order.
+		lease, slot := time.Second, time.Second
 		holder := newMutex(t, c, name, e.opt)
-		require.NoError(t, holder.LockWithLease(ctx, 300*time.Millisecond)) // and its holder dies too
-		e.dead(t, rdb, name, "dead-client:1", 300*time.Millisecond)
+		require.NoError(t, holder.LockWithLease(ctx, lease)) // and its holder dies too
+		e.dead(t, rdb, name, "dead-client:1", slot)
 		live := newMutex(t, c, name, e.opt)
 		liveRes := make(chan error, 1)
 		go func() { liveRes <- live.Lock(ctx) }()
 		e.waitQueued(t, rdb, name, 2)
 		if b.Mini != nil {
-			b.Mini.FastForward(300 * time.Millisecond) // the holder's lease
+			b.Mini.FastForward(lease)
 		}
 		require.NoError(t, <-liveRes, "the live waiter must get the lock once the dead one is pruned")
 		order, deadlines := e.queue(t, rdb, name)
@@ -364,10 +373,16 @@ func TestReentrancy(t *testing.T) {
 }
 
 // recordMessages subscribes to every channel of the lock and records what
-// is published.
+// is published. The function it returns publishes a marker on a channel of
+// the lock that nobody else listens to and waits (up to 10 s) until the
+// marker is recorded: Redis delivers one subscriber's messages in publish
+// order, so by then everything published before the call is recorded, and
+// nothing still on its way can be missed. It returns the record, markers
+// left out.
 func recordMessages(t testing.TB, rdb *redis.Client, name string) func() []string {
 	t.Helper()
-	ps := rdb.PSubscribe(context.Background(), lua.KeysFor(name).Channel+"*")
+	channel := lua.KeysFor(name).Channel
+	ps := rdb.PSubscribe(context.Background(), channel+"*")
 	t.Cleanup(func() { _ = ps.Close() })
 	_, err := ps.Receive(context.Background()) // the confirmation
 	require.NoError(t, err)
@@ -380,10 +395,28 @@ func recordMessages(t testing.TB, rdb *redis.Client, name string) func() []strin
 			mu.Unlock()
 		}
 	}()
+	markers := map[string]bool{}
 	return func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), got...)
+		t.Helper()
+		marker := channel + ":test-marker:" + strconv.Itoa(len(markers)+1)
+		markers[marker+"=mark"] = true
+		require.NoError(t, rdb.Publish(context.Background(), marker, "mark").Err())
+		var out []string
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			out = out[:0]
+			for _, m := range got {
+				if m == marker+"=mark" {
+					return true
+				}
+				if !markers[m] {
+					out = append(out, m)
+				}
+			}
+			return false
+		}, 10*time.Second, time.Millisecond, "the marker published on %s never came back", marker)
+		return out
 	}
 }
 
@@ -410,7 +443,6 @@ func TestUnlockWakesOnlyTheHead(t *testing.T) {
 		require.NoError(t, holder.Unlock(ctx))
 		require.NoError(t, <-res) // the head got it
 		k := lua.KeysFor(name)
-		require.Eventually(t, func() bool { return len(messages()) > 0 }, 10*time.Second, time.Millisecond)
 		assert.Equal(t, []string{k.WaiterChannel(ms[0].Owner()) + "=0"}, messages(), "only the head is woken")
 		held, err := ms[0].IsHeld(ctx)
 		require.NoError(t, err)

@@ -47,7 +47,10 @@ func testCtx(t testing.TB) context.Context {
 
 func TestMutualExclusion(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx := testCtx(t)
+		// 150 passes through the lock: bounded by a minute rather than
+		// testCtx's 20 s, which a loaded machine can use up.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
 		name := redistest.Prefix(t) + "lock"
 		counter := redistest.Prefix(t) + "counter"
 		const clients, goroutines, rounds = 3, 10, 5
@@ -147,7 +150,9 @@ func TestLeaseExpiryFreesLock(t *testing.T) {
 		c := newClient(t, b.Client(t))
 		name := redistest.Prefix(t) + "lock"
 		m, other := newMutex(t, c, name), newMutex(t, c, name)
-		lease := 200 * time.Millisecond
+		// Long enough that it cannot run out before RemainingLease reads
+		// it on a loaded machine; redis-server waits it out for real.
+		lease := 2 * time.Second
 		require.NoError(t, m.LockWithLease(ctx, lease))
 		d, err := m.RemainingLease(ctx)
 		require.NoError(t, err)
@@ -275,7 +280,9 @@ func TestUnreachableRedis(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := newClient(t, rdb)
 	m := newMutex(t, c, "x")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	// Only a bound: go-redis spends about two seconds retrying the dial
+	// before Lock sees the refusal, longer on a loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := m.Lock(ctx)
 	require.Error(t, err)
@@ -323,16 +330,19 @@ func TestForceUnlockWakesWaiter(t *testing.T) {
 func TestWatchdogKeepsLockAcrossLeases(t *testing.T) {
 	b := redistest.Real(t)
 	ctx := testCtx(t)
-	lease := 300 * time.Millisecond
+	// Renewed every second; a renewal may come two seconds late before
+	// the lease runs out, so a loaded machine does not lose the lock.
+	lease := 3 * time.Second
 	c := newClient(t, b.Client(t), fairlock.WithLease(lease))
 	name := redistest.Prefix(t) + "lock"
 	m, other := newMutex(t, c, name), newMutex(t, c, name)
 	require.NoError(t, m.Lock(ctx))
 	wd := core.Of(c).Watchdog
 	assert.Equal(t, 1, wd.Len())
-	// Another owner waits 4 leases: it must not get the lock, and the
+	// Another owner waits one and a half leases (past the first lease,
+	// over four renewal periods): it must not get the lock, and the
 	// holder must not be told it lost it.
-	ok, err := other.TryLockFor(ctx, 4*lease, 0)
+	ok, err := other.TryLockFor(ctx, lease+lease/2, 0)
 	require.NoError(t, err)
 	assert.False(t, ok, "the watchdog must keep the lock past its lease")
 	select {
@@ -398,7 +408,11 @@ func TestLostSignalWhenRedisRestarts(t *testing.T) {
 func TestManyLocksOneWatchdogBatch(t *testing.T) {
 	b := redistest.Real(t)
 	ctx := testCtx(t)
-	lease := 300 * time.Millisecond
+	rdb := b.Client(t)
+	// 25 locks renewed 7 per call: four calls a round. The lease is long
+	// enough (renewed every second) that a renewal arriving late on a
+	// loaded machine still saves it.
+	lease := 3 * time.Second
 	c := newClient(t, b.Client(t), fairlock.WithLease(lease), fairlock.WithRenewBatch(7))
 	var ms []*reentrant.Mutex
 	for i := 0; i < 25; i++ {
@@ -406,7 +420,35 @@ func TestManyLocksOneWatchdogBatch(t *testing.T) {
 		require.NoError(t, m.Lock(ctx))
 		ms = append(ms, m)
 	}
-	time.Sleep(4 * lease) // let several renewal rounds pass
+	// Watch every lock's PTTL in Redis until each has gone back up (a
+	// renewal) twice: every batch is renewed, round after round. None may
+	// expire meanwhile.
+	renewals := make([]int, len(ms))
+	last := make([]int64, len(ms))
+	for {
+		cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, m := range ms {
+				p.Do(ctx, "pttl", m.Name())
+			}
+			return nil
+		})
+		require.NoError(t, err, "renewals seen so far: %v", renewals)
+		done := true
+		for i, cmd := range cmds {
+			pttl, err := cmd.(*redis.Cmd).Int64()
+			require.NoError(t, err)
+			require.Positive(t, pttl, "%s expired or lost its lease (renewals seen: %v)", ms[i].Name(), renewals)
+			if last[i] > 0 && pttl > last[i] {
+				renewals[i]++
+			}
+			last[i] = pttl
+			done = done && renewals[i] >= 2
+		}
+		if done {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	for _, m := range ms {
 		held, err := m.IsHeld(ctx)
 		require.NoError(t, err)
@@ -465,9 +507,12 @@ func TestUnlockCompletesWhenContextEndsMidCall(t *testing.T) {
 		busy := make(chan struct{})
 		go func() { // occupy the only connection for a while
 			defer close(busy)
-			rdb.BLPop(ctx, 300*time.Millisecond, redistest.Prefix(t)+"nothing")
+			rdb.BLPop(ctx, time.Second, redistest.Prefix(t)+"nothing")
 		}()
-		time.Sleep(20 * time.Millisecond) // let BLPOP take the connection
+		// Unlock only once BLPOP has the connection: it then waits for it
+		// far longer than its 50 ms.
+		require.Eventually(t, func() bool { return rdb.PoolStats().IdleConns == 0 }, 10*time.Second, time.Millisecond,
+			"BLPOP never took the only connection")
 		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
 		require.NoError(t, m.Unlock(short))

@@ -32,16 +32,22 @@ func TestChecksCatchAnUnfairQueue(t *testing.T) {
 		return src
 	})
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		// A generous bound: with the broken queue a waiter pushed back
+		// from the head is not woken and finds out at its next check (a
+		// lease, or the 5 s head grace, later); on a loaded machine a run
+		// can take a few such rounds.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		// The first holder keeps the lock 25-75 ms while the three others
-		// arrive (one round trip each), so the queue is at least two long.
-		c := Config{Clients: 1, Goroutines: 4, Seats: 8, Hold: 50 * time.Millisecond,
+		// The first holder keeps the lock 0.5-1.5 s while the three others
+		// arrive (two round trips each, one at a time): the queue is at
+		// least two long unless two arrivals take half a second, so the
+		// unfair order shows on a loaded machine too. Few seats keep the
+		// run short; a lease of 3 s outlasts every hold, so no hold
+		// depends on a renewal arriving in time.
+		c := Config{Clients: 1, Goroutines: 4, Seats: 3, Hold: time.Second,
 			Kinds: []string{Fair}, Seed: 1, Redis: &redis.Options{Addr: b.Addr},
 			Prefix: redistest.Prefix(t), Scripts: broken,
-			// A waiter pushed back from the head is not woken; it finds
-			// out at its next check, a lease later: keep that short.
-			Options: []fairlock.Option{fairlock.WithLease(time.Second)}}
+			Options: []fairlock.Option{fairlock.WithLease(3 * time.Second)}}
 		rs, err := Run(ctx, c)
 		require.NoError(t, err)
 		r := rs[0]
