@@ -38,10 +38,11 @@ type Mutex struct {
 	Keys  lua.Keys
 	Owner string
 
-	mu    sync.Mutex
-	holds int   // holds this handle has taken and not released
-	cur   *hold // the current hold; nil when not held
-	last  *hold // the hold that ended most recently
+	mu       sync.Mutex
+	settling []<-chan struct{} // give-backs of abandoned requests still running
+	holds    int               // holds this handle has taken and not released
+	cur      *hold             // the current hold; nil when not held
+	last     *hold             // the hold that ended most recently
 }
 
 // hold is one period of holding the lock, from the first acquisition to the
@@ -131,6 +132,9 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		return false, ErrClosed
 	}
 	defer m.S.end()
+	if err := m.settle(ctx); err != nil {
+		return false, canceled(err)
+	}
 	userCtx := ctx
 	ctx, unbind := m.S.bind(ctx)
 	defer unbind()
@@ -301,6 +305,36 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	}
 }
 
+// settle waits until the give-backs of this handle's abandoned requests are
+// done (see cleanup), or ctx ends.
+func (m *Mutex) settle(ctx context.Context) error {
+	for {
+		m.mu.Lock()
+		for len(m.settling) > 0 {
+			select {
+			case <-m.settling[0]:
+				m.settling = m.settling[1:]
+				continue
+			default:
+			}
+			break
+		}
+		var next <-chan struct{}
+		if len(m.settling) > 0 {
+			next = m.settling[0]
+		}
+		m.mu.Unlock()
+		if next == nil {
+			return nil
+		}
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // leaseFor is the lease to send with an acquisition asked with lease
 // (0: the watchdog's), and whether the watchdog keeps the hold. Re-entering
 // a watchdog-kept hold with a shorter explicit lease keeps the watchdog
@@ -340,14 +374,6 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 	// first outcome instead of releasing a second hold.
 	unlockArgs := m.unlockArgs(a.LeaseMs)
 	unlockArgs.RequestID = a.AcquireID + "g"
-	// A hold a copy took on a free lock ends by itself with its lease (no
-	// watchdog renews it): past that, a give-back that could not get through
-	// is skipped, so that it can never release a later, legitimate hold. A
-	// copy that re-entered the handle's current hold lives as long as it.
-	ghostEnds := time.Now().Add(time.Duration(a.LeaseMs) * time.Millisecond)
-	m.mu.Lock()
-	holdThen := m.cur
-	m.mu.Unlock()
 	work := func(ctx context.Context) error {
 		if !undone {
 			held, err := callErr2(ctx, func(ctx context.Context) (bool, error) {
@@ -357,14 +383,6 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 				return err
 			}
 			undone, needUnlock = true, held
-		}
-		if needUnlock {
-			m.mu.Lock()
-			stale := time.Now().After(ghostEnds) && (holdThen == nil || m.cur != holdThen)
-			m.mu.Unlock()
-			if stale {
-				needUnlock = false
-			}
 		}
 		if needUnlock {
 			unlockArgs.NowMs = m.S.WallMs()
@@ -391,6 +409,14 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 	// CleanupTime: a call still in flight then is not abandoned and sent
 	// again, it goes on (a slow network costs its round trips once).
 	done := m.S.runCleanup(time.Now().Add(max(slot, cfg.Lease, cfg.LatchTTL)), !queued, work)
+	if suspect {
+		// Until it is settled, this handle's next acquisitions wait: a hold
+		// a copy took must be given back before the handle can hold anew,
+		// or the give-back could release the new hold instead.
+		m.mu.Lock()
+		m.settling = append(m.settling, done)
+		m.mu.Unlock()
+	}
 	t := time.NewTimer(cfg.CleanupTime)
 	defer t.Stop()
 	select {
