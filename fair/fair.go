@@ -103,11 +103,11 @@ func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
 	if o.engine != Redisson && o.engine != Scalable {
 		return nil, fmt.Errorf("%w: engine %d", ErrInvalidValue, o.engine)
 	}
-	newEngine := func(k lua.Keys) core.Engine { return engine{s: s, k: k} }
+	set := func() lua.FairSet { return s.Scripts.Fair() } // read at each call: tests may swap s.Scripts
 	if o.engine == Scalable {
-		newEngine = func(k lua.Keys) core.Engine { return scalableEngine{s: s, k: k, sc: lua.ScalableDefault} }
+		set = lua.ScalableDefault.Fair
 	}
-	m, err := core.NewMutex(s, newEngine, name, o.threadID)
+	m, err := core.NewMutex(s, func(k lua.Keys) core.Engine { return engine{s: s, k: k, set: set} }, name, o.threadID)
 	if err != nil {
 		return nil, err
 	}
@@ -223,29 +223,32 @@ func (m *Mutex) Done() <-chan struct{} { return m.m.Done() }
 // is an error matching ErrLost that says why.
 func (m *Mutex) Err() error { return m.m.Err() }
 
+// engine is either fair engine: the same script bodies and wrappers, over
+// the engine's own queue representation (set).
 type engine struct {
-	s *core.Session
-	k lua.Keys
+	s   *core.Session
+	k   lua.Keys
+	set func() lua.FairSet
 }
 
 func (e engine) Try(ctx context.Context, a lua.Args, queue bool) (bool, int64, error) {
 	if queue {
-		return e.s.Scripts.FairTryLockWait(ctx, e.s.RDB, e.k, a)
+		return e.set().TryLockWait(ctx, e.s.RDB, e.k, a)
 	}
-	ok, err := e.s.Scripts.FairTryLock(ctx, e.s.RDB, e.k, a)
+	ok, err := e.set().TryLock(ctx, e.s.RDB, e.k, a)
 	return ok, 0, err
 }
 
 func (e engine) GiveUp(ctx context.Context, a lua.Args) error {
-	return e.s.Scripts.FairAcquireFailed(ctx, e.s.RDB, e.k, a)
+	return e.set().AcquireFailed(ctx, e.s.RDB, e.k, a)
 }
 
 func (e engine) Unlock(ctx context.Context, a lua.Args) (lua.UnlockResult, error) {
-	return e.s.Scripts.FairUnlock(ctx, e.s.RDB, e.k, a)
+	return e.set().Unlock(ctx, e.s.RDB, e.k, a)
 }
 
 func (e engine) ForceUnlock(ctx context.Context, a lua.Args) (bool, error) {
-	return e.s.Scripts.FairForceUnlock(ctx, e.s.RDB, e.k, a)
+	return e.set().ForceUnlock(ctx, e.s.RDB, e.k, a)
 }
 
 func (e engine) WakeChannel(owner string) string { return e.k.WaiterChannel(owner) }
