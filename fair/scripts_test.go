@@ -145,3 +145,187 @@ func TestScalableCorruptNodeDoesNotSpin(t *testing.T) {
 		})
 	}
 }
+
+// Malformed state, engine by engine: keys or fields deleted or edited by
+// hand (or evicted), keys of the wrong type. Every script must return
+// promptly, with a result or a clear error, never spin; and where the state
+// is ours to repair (the scalable queue, the head grace key), a new waiter
+// gets the lock once the lock is free and the old deadlines have passed.
+// Redisson's own keys of the wrong type are left alone: the scripts reply
+// with Redis's WRONGTYPE error.
+func TestMalformedStateNeverSpins(t *testing.T) {
+	type corruption struct {
+		name  string
+		do    func(ctx context.Context, rdb *redis.Client, k lua.Keys) error
+		heals bool // a new waiter gets the lock afterwards
+	}
+	grace := func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+		return rdb.HSet(ctx, k.Grace(), "x", "y").Err()
+	}
+	graceForever := func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+		return rdb.Set(ctx, k.Grace(), "a:1", 0).Err()
+	}
+	hdel := func(f string) func(context.Context, *redis.Client, lua.Keys) error {
+		return func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+			return rdb.HDel(ctx, k.ScalableQueue(), f).Err()
+		}
+	}
+	hset := func(f, v string) func(context.Context, *redis.Client, lua.Keys) error {
+		return func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+			return rdb.HSet(ctx, k.ScalableQueue(), f, v).Err()
+		}
+	}
+	engines := []struct {
+		engineCase
+		set         lua.FairSet
+		corruptions []corruption
+	}{
+		{engineCases[0], lua.Default.Fair(), []corruption{
+			{"timeouts deleted (ghosts, H1)", func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+				return rdb.Del(ctx, k.Timeouts).Err()
+			}, true},
+			{"a waiter's deadline deleted", func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+				return rdb.ZRem(ctx, k.Timeouts, "b:1").Err()
+			}, true},
+			{"a waiter only in the zset", func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+				return rdb.LRem(ctx, k.Queue, 0, "b:1").Err()
+			}, true},
+			{"a waiter queued twice", func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+				return rdb.RPush(ctx, k.Queue, "a:1").Err()
+			}, true},
+			{"grace key of the wrong type", grace, true},
+			{"grace key without expiry", graceForever, true},
+			{"queue of the wrong type", func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+				if err := rdb.Del(ctx, k.Queue).Err(); err != nil {
+					return err
+				}
+				return rdb.Set(ctx, k.Queue, "x", 0).Err()
+			}, false},
+		}},
+		{engineCases[1], lua.ScalableDefault.Fair(), []corruption{
+			{"head's next deleted", hdel("n:a:1"), true},
+			{"head's prev deleted", hdel("p:a:1"), true},
+			{"head's delta deleted", hdel("d:a:1"), true},
+			{"middle node's next deleted", hdel("n:b:1"), true},
+			{"middle node's prev deleted", hdel("p:b:1"), true},
+			{"tail's next deleted", hdel("n:c:1"), true},
+			{"h deleted", hdel("h"), true},
+			{"t deleted", hdel("t"), true},
+			{"hd deleted", hdel("hd"), true},
+			{"td deleted", hdel("td"), true},
+			{"hd not a number", hset("hd", "x"), true},
+			{"a delta not a number", hset("d:b:1", "x"), true},
+			{"a link to nobody", hset("n:b:1", "nobody:1"), true},
+			{"a link to itself", hset("n:a:1", "a:1"), true},
+			{"a cycle", hset("n:c:1", "a:1"), true},
+			{"queue of the wrong type", func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+				if err := rdb.Del(ctx, k.ScalableQueue()).Err(); err != nil {
+					return err
+				}
+				return rdb.Set(ctx, k.ScalableQueue(), "x", 0).Err()
+			}, true},
+			{"grace key of the wrong type", grace, true},
+			{"grace key without expiry", graceForever, true},
+		}},
+	}
+	backends := []struct {
+		name string
+		b    func(t *testing.T) *redistest.Backend
+	}{
+		{"miniredis", func(t *testing.T) *redistest.Backend { return redistest.Mini(t) }},
+		{"redis-server", func(t *testing.T) *redistest.Backend { return redistest.StartT(t).Backend() }},
+	}
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			rdb := be.b(t).Client(t)
+			for _, e := range engines {
+				for _, c := range e.corruptions {
+					t.Run(e.name+"/"+c.name, func(t *testing.T) {
+						malformed(t, rdb, e.set, c.do, c.heals)
+					})
+				}
+			}
+		})
+	}
+}
+
+func malformed(t *testing.T, rdb *redis.Client, set lua.FairSet, corrupt func(context.Context, *redis.Client, lua.Keys) error, heals bool) {
+	ctx := context.Background()
+	k := lua.KeysFor(redistest.Prefix(t) + "lock")
+	now := time.Now().UnixMilli()
+	a := func(owner string, at int64) lua.Args {
+		return lua.Args{Owner: owner, LeaseMs: 30_000, WaitMs: 60_000, NowMs: at, GraceMs: 5000,
+			RequestID: owner + "-r", LatchMs: 10_000}
+	}
+	ok, _, err := set.TryLockWait(ctx, rdb, k, a("holder:1", now))
+	require.NoError(t, err)
+	require.True(t, ok)
+	for _, w := range []string{"a:1", "b:1", "c:1"} {
+		_, _, err := set.TryLockWait(ctx, rdb, k, a(w, now))
+		require.NoError(t, err)
+	}
+	require.NoError(t, corrupt(ctx, rdb, k))
+
+	// prompt: each script, at the time of the state and an hour later
+	// (every deadline passed: the scripts prune), returns within 2 s.
+	prompt := func(what string, call func(ctx context.Context) error) error {
+		done := make(chan error, 1)
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		go func() { done <- call(cctx) }()
+		select {
+		case err := <-done:
+			took := time.Since(start)
+			require.Less(t, took, 2*time.Second, "%s took %v (%v)", what, took, err)
+			return err
+		case <-time.After(5 * time.Second):
+			_ = rdb.Do(context.Background(), "script", "kill").Err()
+			t.Fatalf("%s did not return: a script spins", what)
+		}
+		return nil
+	}
+	var errs []string
+	for _, at := range []int64{now, now + 3_600_000} {
+		for _, o := range []string{"a:1", "b:1", "c:1", "d:1"} {
+			calls := []struct {
+				name string
+				call func(ctx context.Context) error
+			}{
+				{"tryLockWait", func(ctx context.Context) error { _, _, err := set.TryLockWait(ctx, rdb, k, a(o, at)); return err }},
+				{"tryLock", func(ctx context.Context) error { _, err := set.TryLock(ctx, rdb, k, a(o, at)); return err }},
+				{"unlock", func(ctx context.Context) error { _, err := set.Unlock(ctx, rdb, k, a(o, at)); return err }},
+				{"acquireFailed", func(ctx context.Context) error { return set.AcquireFailed(ctx, rdb, k, a(o, at)) }},
+			}
+			for _, c := range calls {
+				if err := prompt(c.name+" by "+o, c.call); err != nil {
+					errs = append(errs, c.name+": "+err.Error())
+				}
+			}
+		}
+	}
+	require.NoError(t, prompt("forceUnlock", func(ctx context.Context) error {
+		_, err := set.ForceUnlock(ctx, rdb, k, a("admin:1", now))
+		return err
+	}), "a holder can always be forced out")
+	if !heals {
+		for _, e := range errs {
+			assert.Contains(t, e, "WRONGTYPE")
+		}
+		return
+	}
+	assert.Empty(t, errs, "scripts failed on a state they repair")
+	// Live again: with the lock free and every old deadline passed, a new
+	// waiter takes the lock (after at most one grace, on the server's clock:
+	// the grace key is removed so the test does not wait for it).
+	later := now + 3_600_000
+	for i := 0; ; i++ {
+		require.NoError(t, rdb.Del(ctx, k.Grace()).Err())
+		ok, _, err := set.TryLockWait(ctx, rdb, k, a("z:1", later))
+		require.NoError(t, err)
+		if ok {
+			break
+		}
+		require.Less(t, i, 10, "a new waiter never got the lock")
+	}
+}

@@ -36,11 +36,15 @@
 
 local GRACE_MARGIN = 60000
 
-local LOCK, CHANNEL, GRACE, PUBCMD, MESSAGE
+local LOCK, CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS
 
--- fair_init names the keys and the publish command of this call.
-local function fair_init(lock, queue, timeouts, squeue, channel, grace_key, pubcmd, message)
-    LOCK, CHANNEL, GRACE, PUBCMD, MESSAGE = lock, channel, grace_key, pubcmd, message
+-- fair_init names the keys and the publish command of this call. cross:
+-- this script releases or leaves (unlock, forceUnlock, acquireFailed), and
+-- so wakes the other engine's queue when this engine has none (one lock
+-- hash, two possible queues; the acquisition scripts refuse a lock whose
+-- queue the other engine keeps, so for them only this engine's counts).
+local function fair_init(lock, queue, timeouts, squeue, channel, grace_key, pubcmd, message, cross)
+    LOCK, CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS = lock, channel, grace_key, pubcmd, message, cross
     q_init(queue, timeouts, squeue)
 end
 
@@ -48,11 +52,11 @@ local function lock_free()
     return redis.call('exists', LOCK) == 0
 end
 
--- The head (or, when this engine has no queue, the other engine's head) and
--- the waiter behind it: the waiters a release wakes.
+-- The head and the waiter behind it, the waiters a script may wake: this
+-- engine's, or in a release when this engine has no queue, the other's.
 local function front()
     local head, second = q_front()
-    if not head then
+    if not head and CROSS then
         return q_other_front()
     end
     return head, second
@@ -90,21 +94,21 @@ end
 -- out while the lock is free. Nobody else's deadline moves: a dead waiter's
 -- time was spent in real time. At most one pass per queued waiter.
 local function prune(caller, now)
-    local free = lock_free()
+    local head = q_front()
     local graced, left
-    if free then
+    if head and head ~= caller and lock_free() then
         graced, left = grace_read()
     end
-    for _ = 0, q_size() do
-        local head = q_front()
+    for _ = 0, head and q_size() or 0 do
         if not head or head == caller then
             return
         end
-        local deadline = q_head_deadline()
+        local deadline = q_head_deadline(head)
         if deadline and deadline > now and not (graced == head and left <= 0) then
             return
         end
         q_pop_head()
+        head = q_front()
     end
 end
 
@@ -156,16 +160,19 @@ end
 -- in this script.
 local function finish(caller, head0, second0, freed, grace)
     local head, second = front()
-    local free = lock_free()
-    local graced = grace_read()
-    if graced and (not free or graced ~= head) then
-        redis.call('del', GRACE)
-        graced = nil
-    end
     local started = false
-    if free and head and not graced and grace > 0 then
-        redis.call('set', GRACE, head, 'px', grace + GRACE_MARGIN)
-        started = true
+    if head and lock_free() then
+        local graced = grace_read()
+        if graced and graced ~= head then
+            redis.call('del', GRACE)
+            graced = nil
+        end
+        if not graced and grace > 0 then
+            redis.call('set', GRACE, head, 'px', grace + GRACE_MARGIN)
+            started = true
+        end
+    else
+        redis.call('del', GRACE) -- no grace unless the lock is free with a head
     end
     if head and head ~= caller and (freed or started or head ~= head0) then
         wake(head)
@@ -197,7 +204,7 @@ local function reply(owner, now, grace)
     if not head or head == owner then
         return 1
     end
-    local wait = (q_head_deadline() or now) - now
+    local wait = (q_head_deadline(head) or now) - now
     local graced, left = grace_read()
     if graced == head and left < wait then
         wait = left

@@ -24,7 +24,7 @@
 -- fair engine keeps this lock's queue.
 local owner, now, wait, grace = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
 
-fair_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], ARGV[7], ARGV[8])
+fair_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], ARGV[7], ARGV[8], false)
 local refused = q_refuse(KEYS[1])
 if refused then
     return refused

@@ -27,7 +27,7 @@
 local owner, wait = ARGV[2], tonumber(ARGV[3])
 local now, grace = tonumber(ARGV[4]), tonumber(ARGV[5])
 
-fair_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], ARGV[7], ARGV[8])
+fair_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], ARGV[7], ARGV[8], false)
 local refused = q_refuse(KEYS[1])
 if refused then
     return refused

@@ -34,15 +34,15 @@ local latched = redis.call('get', latch)
 if latched then
     return tonumber(latched)
 end
-fair_init(lock, KEYS[2], KEYS[3], KEYS[6], KEYS[4], KEYS[7], ARGV[5], ARGV[1])
+fair_init(lock, KEYS[2], KEYS[3], KEYS[6], KEYS[4], KEYS[7], ARGV[5], ARGV[1], true)
 local head0, second0 = begin()
 prune(owner, now)
 local result, freed = nil, false
 if redis.call('exists', lock) == 0 then
     freed = true
 elseif redis.call('hexists', lock, owner) == 1 then
-    local pttl = redis.call('pttl', lock)
     if redis.call('hincrby', lock, owner, -1) > 0 then
+        local pttl = redis.call('pttl', lock)
         redis.call('pexpire', lock, ARGV[2])
         redis.call('set', latch, '0', 'px', ARGV[6])
         result, freed = 0, pttl == -1 or tonumber(ARGV[2]) < pttl

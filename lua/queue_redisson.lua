@@ -43,9 +43,15 @@ local function q_refuse(name)
     return nil
 end
 
--- q_front: the head and the waiter right behind it (either may be nil).
+-- q_front: the head and the waiter right behind it (either may be nil). A
+-- queue key of another type (edited by hand) reads as empty here, so that a
+-- holder can still release; the scripts that write the queue then fail with
+-- Redis's WRONGTYPE error.
 local function q_front()
-    local v = redis.call('lrange', queue, 0, 1)
+    local v = redis.pcall('lrange', queue, 0, 1)
+    if v.err then
+        return nil, nil
+    end
     return v[1], v[2]
 end
 
@@ -63,12 +69,9 @@ local function q_other_front()
     return v, n
 end
 
--- q_head_deadline: the head's deadline, nil for a head without one (H1).
-local function q_head_deadline()
-    local head = redis.call('lindex', queue, 0)
-    if not head then
-        return nil
-    end
+-- q_head_deadline: the deadline of head (the head, from q_front), nil for
+-- a head without one (H1).
+local function q_head_deadline(head)
     return tonumber(redis.call('zscore', timeouts, head))
 end
 
@@ -113,7 +116,10 @@ end
 -- it drop by its slot; it leaves both keys. Nothing happens if it is not
 -- queued.
 local function q_remove(owner, wait)
-    local waiters = redis.call('lrange', queue, 0, -1)
+    local waiters = redis.pcall('lrange', queue, 0, -1)
+    if waiters.err then
+        return -- not a list: nobody is queued in it
+    end
     local behind = false
     for _, waiter in ipairs(waiters) do
         if behind then

@@ -111,8 +111,8 @@ local function q_other_front()
     return v[1], v[2]
 end
 
--- q_head_deadline: the head's deadline.
-local function q_head_deadline()
+-- q_head_deadline: the head's deadline (head: the head, from q_front).
+local function q_head_deadline(_)
     return tonumber(redis.call('hget', sq, 'hd'))
 end
 
