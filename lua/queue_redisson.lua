@@ -105,8 +105,8 @@ end
 -- q_take: owner (the head, or nobody is queued) takes the lock: it leaves
 -- the queue and every remaining deadline drops by its slot (Redisson's take).
 local function q_take(owner, wait)
-    redis.call('lpop', queue)
     redis.call('zrem', timeouts, owner)
+    redis.call('lpop', queue)
     for _, waiter in ipairs(redis.call('zrange', timeouts, 0, -1)) do
         redis.call('zincrby', timeouts, -wait, waiter)
     end

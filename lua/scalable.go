@@ -17,9 +17,19 @@ import (
 // engine: the acquisition scripts of each engine refuse a lock whose queue
 // the other keeps. Releasing and giving up are never refused.
 
+// The scalable engine's scripts are the fair-lock bodies; these names are
+// theirs, for callers that name a script per engine.
+const (
+	FileScalableTryLock       = FileFairTryLock
+	FileScalableTryLockWait   = FileFairTryLockWait
+	FileScalableAcquireFailed = FileFairAcquireFailed
+	FileScalableUnlock        = FileFairUnlock
+	FileScalableForceUnlock   = FileFairForceUnlock
+)
+
 // ScalableFiles lists the scalable engine's scripts: the fair-lock bodies.
 var ScalableFiles = []string{
-	FileFairTryLock, FileFairTryLockWait, FileFairAcquireFailed, FileFairUnlock, FileFairForceUnlock,
+	FileScalableTryLock, FileScalableTryLockWait, FileScalableAcquireFailed, FileScalableUnlock, FileScalableForceUnlock,
 }
 
 const (
