@@ -15,13 +15,15 @@ const (
 	// Scalable keeps the queue as a linked list with relative deadlines in
 	// one hash (fairlock_squeue:{name}): every script runs O(1) commands
 	// whatever the queue's length. Redisson clients cannot share its locks.
-	// Its scripts refuse, with an error matching ErrMixedEngines, a lock
-	// whose Redisson queue keys exist; the Redisson engine does not detect
-	// the reverse, so every handle on one name must choose the same engine.
+	// Both engines run the same scripts and rules over their own queue.
+	// Every handle on one name must choose the same engine: an acquisition
+	// is refused, with an error matching ErrMixedEngines, on a lock whose
+	// queue the other engine keeps (releasing and giving up never are).
 	Scalable
 )
 
-// ErrMixedEngines reports a lock name used by both engines at once.
+// ErrMixedEngines reports an acquisition on a lock name whose queue the
+// other engine keeps. Nothing was changed.
 var ErrMixedEngines = lua.ErrMixedEngines
 
 // WithEngine chooses the engine. Default: Redisson. Every handle on one

@@ -63,10 +63,15 @@ local function front()
 end
 
 -- begin, after a script's refusal and latch checks: the queue is checked
--- (and repaired when malformed); returns its front as the script found it.
+-- (and repaired when malformed). Returns this engine's head, and the front
+-- as the script found it (head0, second0: see front).
 local function begin()
-    q_check()
-    return front()
+    local head, second = q_check()
+    if not head and CROSS then
+        local h, s = q_other_front()
+        return nil, h, s
+    end
+    return head, head, second
 end
 
 -- The grace key: its owner and the milliseconds of grace left (0 or less:
@@ -92,34 +97,39 @@ end
 -- stops there and blocks the lock for ever: hazard H1), a head whose
 -- deadline is at or before now (Redisson's rule), or a head whose grace ran
 -- out while the lock is free. Nobody else's deadline moves: a dead waiter's
--- time was spent in real time. At most one pass per queued waiter.
-local function prune(caller, now)
-    local head = q_front()
-    local graced, left
-    if head and head ~= caller and lock_free() then
-        graced, left = grace_read()
-    end
-    for _ = 0, head and q_size() or 0 do
-        if not head or head == caller then
-            return
+-- time was spent in real time. At most one pass per queued waiter. head:
+-- the head (q_front); returns the head afterwards.
+local function prune(caller, now, head)
+    local free, graced, left, limit
+    while head and head ~= caller do
+        if free == nil then
+            free = lock_free()
+            if free then
+                graced, left = grace_read()
+            end
         end
         local deadline = q_head_deadline(head)
         if deadline and deadline > now and not (graced == head and left <= 0) then
-            return
+            break
+        end
+        limit = (limit or q_size()) - 1
+        if limit < 0 then
+            break
         end
         q_pop_head()
         head = q_front()
     end
+    return head
 end
 
 -- Take the lock when it is free and nobody is queued ahead of owner, or
 -- re-enter it when owner holds it. A fresh take removes owner from the
 -- queue and lowers every remaining deadline by its slot (Redisson's rule).
--- Returns whether owner holds the lock now, and whether a re-entry cut the
--- lease short (the waiters were told the old one).
-local function take_or_reenter(owner, lease, wait)
+-- head: the head (q_front). Returns whether owner holds the lock now, and
+-- whether a re-entry cut the lease short (the waiters were told the old
+-- one).
+local function take_or_reenter(owner, lease, wait, head)
     if lock_free() then
-        local head = q_front()
         if head and head ~= owner then
             return false, false
         end
@@ -145,7 +155,7 @@ local function join(owner, wait, now)
     if tail and tail ~= owner and deadline then
         ttl = deadline - now
     end
-    q_append(owner, ttl + wait + now)
+    q_append(owner, ttl + wait + now, tail, deadline)
 end
 
 local function wake(owner)
@@ -180,9 +190,11 @@ local function finish(caller, head0, second0, freed, grace)
     if second and second ~= caller and (freed or started or second ~= second0) then
         wake(second)
     end
+    return head, second
 end
 
--- The reply to a queued caller that did not get the lock: how long it may
+-- The reply to a queued caller that did not get the lock (head, second: the
+-- front of the queue, as finish returns it): how long it may
 -- sleep before trying again (a wake-up may come sooner). It is bounded by
 -- the next event that can change its place or free the lock:
 --   - lock held: its PTTL (-1: no expiry; the client re-checks once a
@@ -192,9 +204,8 @@ end
 --   - lock free (so the head is someone else): until the head's deadline or
 --     the end of its grace, whichever comes first; at least 1 (Redisson
 --     replies 0 and its waiters poll in a loop: hazard H2).
-local function reply(owner, now, grace)
+local function reply(owner, now, grace, head, second)
     local pttl = redis.call('pttl', LOCK)
-    local head, second = q_front()
     if pttl ~= -2 then
         if grace > 0 and second == owner and (pttl < 0 or pttl > grace) then
             return grace

@@ -33,9 +33,9 @@ local replay = latch_check(KEYS[5], ARGV[5], KEYS[1], owner)
 if replay then
     return replay
 end
-local head0, second0 = begin()
-prune(owner, now)
-local held, cut = take_or_reenter(owner, ARGV[1], wait)
+local head, head0, second0 = begin()
+head = prune(owner, now, head)
+local held, cut = take_or_reenter(owner, ARGV[1], wait, head)
 if held then
     latch_grant(KEYS[5], ARGV[5])
 end

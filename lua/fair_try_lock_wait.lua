@@ -36,9 +36,9 @@ local replay = latch_check(KEYS[5], ARGV[6], KEYS[1], owner)
 if replay then
     return replay
 end
-local head0, second0 = begin()
-prune(owner, now)
-local held, cut = take_or_reenter(owner, ARGV[1], wait)
+local head, head0, second0 = begin()
+head = prune(owner, now, head)
+local held, cut = take_or_reenter(owner, ARGV[1], wait, head)
 if held then
     latch_grant(KEYS[5], ARGV[6])
     finish(owner, head0, second0, cut, grace)
@@ -47,5 +47,4 @@ end
 if not q_queued(owner) then
     join(owner, wait, now)
 end
-finish(owner, head0, second0, false, grace)
-return reply(owner, now, grace)
+return reply(owner, now, grace, finish(owner, head0, second0, false, grace))

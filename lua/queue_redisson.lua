@@ -27,10 +27,6 @@ local function q_init(list, zset, sq)
     queue, timeouts, squeue = list, zset, sq
 end
 
--- q_check: nothing to repair here. A waiter without a deadline (H1) is
--- pruned when it reaches the head; every loop is bounded by a key's length.
-local function q_check()
-end
 
 -- q_refuse: one lock name, one engine. The acquisition scripts refuse a
 -- lock whose queue the scalable engine keeps, before anything is written.
@@ -53,6 +49,13 @@ local function q_front()
         return nil, nil
     end
     return v[1], v[2]
+end
+
+-- q_check: nothing to repair here (a waiter without a deadline, H1, is
+-- pruned when it reaches the head; every loop is bounded by a key's
+-- length). Returns the head and the waiter behind it.
+local function q_check()
+    return q_front()
 end
 
 -- q_other_front: the scalable engine's head and second, when its queue
@@ -132,8 +135,9 @@ local function q_remove(owner, wait)
     redis.call('lrem', queue, 0, owner)
 end
 
--- q_append: owner joins at the tail with an absolute deadline.
-local function q_append(owner, deadline)
+-- q_append: owner joins at the tail with an absolute deadline (tail, its
+-- deadline: from q_tail, unused here).
+local function q_append(owner, deadline, _, _)
     if redis.call('zadd', timeouts, deadline, owner) == 1 then
         redis.call('rpush', queue, owner)
     end

@@ -49,28 +49,34 @@ end
 
 -- q_check checks the ends of the list before a script uses the queue: the
 -- head and the tail exist, have whole deadlines and consistent links. A key
--- of the wrong type or a broken end resets the queue.
+-- of the wrong type or a broken end resets the queue. Returns the head and
+-- the waiter behind it (either may be nil).
 local function q_check()
     local v = redis.pcall('hmget', sq, 'h', 't', 'hd', 'td')
     if v.err then
         q_reset()
-        return
+        return nil, nil
     end
-    if not v[1] and not v[2] and not v[3] and not v[4] then
+    local h, t = v[1], v[2]
+    if not h and not t and not v[3] and not v[4] then
         if redis.call('exists', sq) == 1 then
             q_reset() -- node fields without a head
         end
-        return
+        return nil, nil
     end
-    if not v[1] or not v[2] or not tonumber(v[3]) or not tonumber(v[4]) then
+    if not h or not t or not tonumber(v[3]) or not tonumber(v[4]) then
         q_reset()
-        return
+        return nil, nil
     end
-    local hp, hn, hdelta = node(v[1])
-    local tp, tn = node(v[2])
-    if hp ~= '' or not hn or hdelta ~= 0 or not tp or tn ~= '' or (hn == '') ~= (v[1] == v[2]) then
+    local e = redis.call('hmget', sq, 'p:' .. h, 'n:' .. h, 'd:' .. h, 'p:' .. t, 'n:' .. t)
+    if e[1] ~= '' or not e[2] or tonumber(e[3]) ~= 0 or not e[4] or e[5] ~= '' or (e[2] == '') ~= (h == t) then
         q_reset()
+        return nil, nil
     end
+    if e[2] == '' then
+        return h, nil
+    end
+    return h, e[2]
 end
 
 -- q_refuse: one lock name, one engine. The acquisition scripts refuse a
@@ -209,18 +215,18 @@ local function q_remove(owner, wait)
     sq_remove(owner, wait)
 end
 
--- q_append: owner joins at the tail with an absolute deadline.
-local function q_append(owner, deadline)
-    local v = redis.call('hmget', sq, 't', 'td')
-    if v[1] and tonumber(v[2]) then
-        local _, tn = node(v[1])
+-- q_append: owner joins at the tail with an absolute deadline (tail, td:
+-- the tail and its deadline, from q_tail).
+local function q_append(owner, deadline, tail, td)
+    if tail and td then
+        local _, tn = node(tail)
         if tn == '' then
-            redis.call('hset', sq, 't', owner, 'td', deadline, 'n:' .. v[1], owner,
-                'p:' .. owner, v[1], 'n:' .. owner, '', 'd:' .. owner, deadline - tonumber(v[2]))
+            redis.call('hset', sq, 't', owner, 'td', deadline, 'n:' .. tail, owner,
+                'p:' .. owner, tail, 'n:' .. owner, '', 'd:' .. owner, deadline - td)
             return
         end
     end
-    if v[1] then
+    if tail then
         q_reset()
     end
     redis.call('hset', sq, 'h', owner, 't', owner, 'hd', deadline, 'td', deadline,

@@ -55,8 +55,8 @@ var brokenVariants = []brokenVariant{
 	},
 	{
 		name: "new waiter's deadline one slot short", machine: fairMachine, file: lua.FileFairTryLockWait,
-		old: "q_append(owner, ttl + wait + now)",
-		new: "q_append(owner, ttl + now)",
+		old: "q_append(owner, ttl + wait + now,",
+		new: "q_append(owner, ttl + now,",
 	},
 	// The liveness rules (docs/design.md, "Liveness bound").
 	{
@@ -81,8 +81,8 @@ var brokenVariants = []brokenVariant{
 	},
 	{
 		name: "Redisson's prune: the caller prunes itself", machine: fairMachine, file: lua.FileFairTryLockWait,
-		old: "if not head or head == caller then",
-		new: "if not head then",
+		old: "while head and head ~= caller do",
+		new: "while head do",
 	},
 	{
 		name: "the grace lowers the head's deadline (a score Redisson reads)", machine: fairMachine, file: lua.FileFairUnlock,

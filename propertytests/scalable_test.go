@@ -552,7 +552,7 @@ var scalableBroken = []struct{ name, file, old, new string }{
 	{"head removal forgets the drop", "queue_scalable.lua",
 		"hd + nd - drop", "hd + nd"},
 	{"append forgets the old tail's link", "queue_scalable.lua",
-		"'n:' .. v[1], owner,", ""},
+		"'n:' .. tail, owner,", ""},
 	{"every queued waiter gets the head's grace poll", "fair_common.lua",
 		"and second == owner and", "and"},
 	{"a waiter moving up is not woken", "fair_common.lua",
