@@ -26,5 +26,5 @@ local owner, wait = ARGV[1], tonumber(ARGV[2])
 fair_init(KEYS[3], KEYS[1], KEYS[2], KEYS[5], KEYS[4], KEYS[6], ARGV[3], ARGV[4], true)
 local _, head0, second0 = begin()
 q_remove(owner, wait)
-finish(owner, head0, second0, false, tonumber(ARGV[5]))
+finish(nil, head0, second0, false, tonumber(ARGV[5]))
 return nil

@@ -32,7 +32,8 @@
 --   - wake-ups: a waiter that moves into the first or second place of the
 --     queue is woken, and the first two are woken when the lock becomes
 --     free, when its lease is cut short and when the head's grace starts;
---     never the caller, at most once each.
+--     at most once each, and never the caller of fair_try_lock_wait (its
+--     reply tells it how long to sleep).
 
 local GRACE_MARGIN = 60000
 
@@ -165,9 +166,12 @@ end
 -- The end of every script that got past its checks: keep the grace key
 -- valid, start the head's grace if the lock is free (grace > 0), and wake
 -- who must act: the head to take the lock, the waiter behind it to prune
--- the head if it does not. head0, second0: the front of the queue when the
--- script started; freed: the lock became free or its lease was cut short
--- in this script.
+-- the head if it does not. caller: the owner that gets a sleep bound as
+-- its reply (fair_try_lock_wait), not woken; nil for the other scripts,
+-- whose caller may have a wait in progress elsewhere (one owner, several
+-- goroutines). head0, second0: the front of the queue when the script
+-- started; freed: the lock became free or its lease was cut short in this
+-- script.
 local function finish(caller, head0, second0, freed, grace)
     local head, second = front()
     local started = false

@@ -39,7 +39,7 @@ local held, cut = take_or_reenter(owner, ARGV[1], wait, head)
 if held then
     latch_grant(KEYS[5], ARGV[5])
 end
-finish(owner, head0, second0, cut, grace)
+finish(nil, head0, second0, cut, grace)
 if held then
     return 'OK'
 end

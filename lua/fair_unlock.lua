@@ -55,5 +55,5 @@ end
 if result ~= 0 and freed then
     redis.call(ARGV[5], KEYS[4], ARGV[1])
 end
-finish(owner, head0, second0, freed, grace)
+finish(nil, head0, second0, freed, grace)
 return result

@@ -52,8 +52,10 @@ import "slices"
 // prune the head if it does not): a waiter that moved into the first or
 // second place of the queue, and the first two whenever the lock became
 // free, its lease was cut short (the waiters sleep until the lease they
-// were told) or the head's grace started. Never the caller, at most once
-// each. A release (unlock, forceUnlock) also
+// were told) or the head's grace started. At most once each, and never the
+// caller of FairTryLockWait, whose reply tells it how long to sleep (the
+// caller of another script may be an owner with a wait in progress in
+// another goroutine: it is woken like anyone). A release (unlock, forceUnlock) also
 // publishes on the lock's own channel, which wakes reentrant waiters of the
 // same name.
 //
@@ -74,7 +76,7 @@ func (l *Lock) FairTryLock(server, now int64, owner string, leaseMs, waitMs, gra
 	head0, second0 := l.front()
 	l.prune(server, now, owner)
 	held, cut := l.takeOrReenter(server, owner, leaseMs, waitMs)
-	l.finish(server, owner, head0, second0, cut, graceMs)
+	l.finish(server, "", head0, second0, cut, graceMs)
 	return held
 }
 
@@ -125,7 +127,7 @@ func (l *Lock) FairAcquireFailed(server int64, owner string, waitMs, graceMs int
 	}
 	delete(l.Deadlines, owner)
 	l.Queue = slices.DeleteFunc(l.Queue, func(w string) bool { return w == owner })
-	l.finish(server, owner, head0, second0, false, graceMs)
+	l.finish(server, "", head0, second0, false, graceMs)
 }
 
 // FairUnlock is fair_unlock.lua: release one hold of owner, as Unlock does.
@@ -162,7 +164,7 @@ func (l *Lock) FairUnlock(server, now int64, owner string, leaseMs int64, reques
 	if result != StillHeld && freed {
 		l.publish(l.names.Channel)
 	}
-	l.finish(server, owner, head0, second0, freed, graceMs)
+	l.finish(server, "", head0, second0, freed, graceMs)
 	return result
 }
 
@@ -274,8 +276,9 @@ func (l *Lock) join(server, now int64, owner string, waitMs int64) {
 // (graceMs > 0), and the waiters that must act are woken: a waiter that
 // moved into the first or second place (head0, second0: the front when the
 // script started), and the first two when freed (the lock became free, or
-// its lease was cut short) or when the head's grace starts. Never the
-// caller.
+// its lease was cut short) or when the head's grace starts. Never caller:
+// the FairTryLockWait caller, told how long to sleep by its reply ("" for
+// the other scripts).
 func (l *Lock) finish(server int64, caller, head0, second0 string, freed bool, graceMs int64) {
 	head, second := l.front()
 	free := !l.Locked()

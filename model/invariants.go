@@ -89,9 +89,9 @@ type Step struct {
 // states, the replies and the messages), not from the scripts' code:
 //
 //   - wake-ups reach only the front of the queue: a fair operation publishes
-//     on the waiter channels of the head and the second after the step,
-//     never the caller's, at most once each; on the lock channel only when
-//     it releases the lock;
+//     on the waiter channels of the head and the second after the step, at
+//     most once each, never the tryLockWait caller's (its reply bounds its
+//     sleep); on the lock channel only when it releases the lock;
 //   - and they reach whoever must act: a waiter that moved into the first
 //     or second place is woken, the first two and the lock channel when a
 //     fair script frees the lock, the first two when it cuts the lease
@@ -199,8 +199,8 @@ func (h *History) Observe(s Step) error {
 		default:
 			w := strings.TrimPrefix(m.Channel, names.Channel+":")
 			switch {
-			case w == s.Owner && s.Owner != "":
-				add("woke the caller %s", w)
+			case w == s.Owner && s.Op == OpFairTryLockWait:
+				add("woke the caller %s, which its reply tells how long to sleep", w)
 			case w != headA && w != secondA:
 				add("woke %s, but the front of the queue is %v", w, after.Queue[:min(2, len(after.Queue))])
 			}
@@ -222,7 +222,7 @@ func (h *History) Observe(s Step) error {
 			add("released the lock without publishing on the lock channel")
 		}
 		for i, w := range []string{headA, secondA} {
-			if w == "" || w == s.Owner || woken[names.WaiterChannel(w)] {
+			if w == "" || w == s.Owner && s.Op == OpFairTryLockWait || woken[names.WaiterChannel(w)] {
 				continue
 			}
 			switch {
