@@ -2,6 +2,7 @@ package fair_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -327,5 +328,45 @@ func malformed(t *testing.T, rdb *redis.Client, set lua.FairSet, corrupt func(co
 			break
 		}
 		require.Less(t, i, 10, "a new waiter never got the lock")
+	}
+}
+
+// An unlock sent without a latch lifetime (LatchMs 0: the client's cleanup
+// gives back a hold a cancelled acquisition may have taken, with the
+// acquisition's arguments) must still release and wake the waiters. SET
+// with PX 0 is an error: the script used to fail after deleting the lock,
+// before waking anyone, so the next waiter slept its whole lease with the
+// lock free.
+func TestUnlockWithoutLatchStillWakes(t *testing.T) {
+	for _, e := range []struct {
+		name string
+		set  lua.FairSet
+	}{{"redisson", lua.Default.Fair()}, {"scalable", lua.ScalableDefault.Fair()}} {
+		t.Run(e.name, func(t *testing.T) {
+			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+				ctx := context.Background()
+				rdb := b.Client(t)
+				name := redistest.Prefix(t) + "lock"
+				k := lua.KeysFor(name)
+				messages := recordMessages(t, b.Client(t), name)
+				now := time.Now().UnixMilli()
+				a := func(owner string) lua.Args {
+					return lua.Args{Owner: owner, LeaseMs: 30_000, WaitMs: 60_000, NowMs: now, RequestID: "r-" + owner}
+				}
+				ok, _, err := e.set.TryLockWait(ctx, rdb, k, a("x:1"))
+				require.NoError(t, err)
+				require.True(t, ok)
+				ok, _, err = e.set.TryLockWait(ctx, rdb, k, a("w:1"))
+				require.NoError(t, err)
+				require.False(t, ok)
+				res, err := e.set.Unlock(ctx, rdb, k, a("x:1"))
+				require.NoError(t, err)
+				assert.Equal(t, lua.Released, res)
+				assert.Zero(t, rdb.Exists(ctx, k.Name).Val())
+				require.Eventually(t, func() bool {
+					return slices.Contains(messages(), k.WaiterChannel("w:1")+"=0")
+				}, 10*time.Second, time.Millisecond, "the head was not woken: %v", messages())
+			})
+		})
 	}
 }

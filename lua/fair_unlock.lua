@@ -14,7 +14,7 @@
 -- ARGV[3]  owner id
 -- ARGV[4]  now: client clock, Unix milliseconds
 -- ARGV[5]  publish command: "publish" or "spublish"
--- ARGV[6]  latch lifetime in milliseconds
+-- ARGV[6]  latch lifetime in milliseconds (0 or less: no latch)
 -- ARGV[7]  head grace in milliseconds (not in Redisson; <= 0: off)
 --
 -- Reply: nil when ARGV[3] does not hold the lock, 0 when it still holds it
@@ -30,6 +30,15 @@
 local lock, latch = KEYS[1], KEYS[5]
 local owner, now, grace = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[7])
 
+-- The outcome is latched for a retry; a latch lifetime of 0 or less
+-- (an unlock sent without one) keeps none, rather than failing after the
+-- release (SET PX 0 is an error) and leaving the waiters unwoken.
+local function latch_outcome(v)
+    if tonumber(ARGV[6]) > 0 then
+        redis.call('set', latch, v, 'px', ARGV[6])
+    end
+end
+
 local latched = redis.call('get', latch)
 if latched then
     return tonumber(latched)
@@ -44,11 +53,11 @@ elseif redis.call('hexists', lock, owner) == 1 then
     if redis.call('hincrby', lock, owner, -1) > 0 then
         local pttl = redis.call('pttl', lock)
         redis.call('pexpire', lock, ARGV[2])
-        redis.call('set', latch, '0', 'px', ARGV[6])
+        latch_outcome('0')
         result, freed = 0, pttl == -1 or tonumber(ARGV[2]) < pttl
     else
         redis.call('del', lock)
-        redis.call('set', latch, '1', 'px', ARGV[6])
+        latch_outcome('1')
         result, freed = 1, true
     end
 end

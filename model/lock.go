@@ -199,6 +199,9 @@ func (l *Lock) publish(channel string) {
 }
 
 func (l *Lock) latch(requestID string, r UnlockResult, server, latchMs int64) {
+	if latchMs <= 0 {
+		return // fair unlock: no latch lifetime, no latch (unlock.lua requires one)
+	}
 	l.Latches[requestID] = Latch{Result: r, ExpiresAt: server + latchMs}
 }
 
