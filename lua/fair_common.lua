@@ -198,9 +198,9 @@ local function finish(caller, head0, second0, freed, grace)
 end
 
 -- The reply to a queued caller that did not get the lock (head, second: the
--- front of the queue, as finish returns it): how long it may
--- sleep before trying again (a wake-up may come sooner). It is bounded by
--- the next event that can change its place or free the lock:
+-- front of the queue, as finish returns it): how long it may sleep before
+-- trying again (a wake-up may come sooner). It is bounded by the next event
+-- that can change its place or free the lock:
 --   - lock held: its PTTL (-1: no expiry; the client re-checks once a
 --     watchdog lease); the waiter right behind the head at most the grace,
 --     so that it notices a dead head soon after a release even if a
