@@ -2,8 +2,8 @@
 // RFairLock: the reentrant lock's hash plus a queue of waiters
 // (redisson_lock_queue:{name}) and their deadlines
 // (redisson_lock_timeout:{name}). Waiters take the lock in the order they
-// queued; only the head of the queue is woken when the lock is released, on
-// its own channel.
+// queued; the waiters at the front of the queue are woken, each on its own
+// channel, when it is their turn.
 //
 // Each queued waiter holds a wait slot: if it has not taken the lock by its
 // deadline (one slot after the waiter ahead of it), it is treated as dead and
@@ -11,12 +11,17 @@
 // takes the lock every remaining deadline moves one slot earlier; when a
 // waiter gives up, those behind it move one slot earlier.
 //
-// Beyond Redisson (see docs/design.md): a head with no deadline is pruned
-// instead of blocking the lock for ever (H1); a waiter queued behind a free
-// lock sleeps until the head's deadline instead of polling (H2); unlocking a
-// lock you do not hold returns ErrNotHeld (H4); and a head that does not take
-// a free lock within the head grace (default 5 s) is pruned, so a dead head
-// does not stall its followers for its whole slot.
+// Beyond Redisson (see docs/design.md, "Fair lock" and "Fair-lock
+// liveness"): a head that does not take a free lock within the head grace
+// (default 5 s, on the Redis server's clock, kept apart from the deadlines
+// Java clients read) is pruned, so a dead head stalls its followers for
+// about a grace, not its whole slot; every waiter sleeps at most until the
+// next event that can change its place or free the lock, and the waiters
+// that must act next are woken (the new head after a take, the waiter
+// behind the head on a release); a caller is never pruned by its own call;
+// a head with no deadline is pruned instead of blocking the lock for ever
+// (H1); a waiter never polls in a loop (H2); unlocking a lock you do not hold
+// returns ErrNotHeld (H4).
 package fair
 
 import (
@@ -103,11 +108,11 @@ func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
 	if o.engine != Redisson && o.engine != Scalable {
 		return nil, fmt.Errorf("%w: engine %d", ErrInvalidValue, o.engine)
 	}
-	newEngine := func(k lua.Keys) core.Engine { return engine{s: s, k: k} }
+	set := func() lua.FairSet { return s.Scripts.Fair() } // read at each call: tests may swap s.Scripts
 	if o.engine == Scalable {
-		newEngine = func(k lua.Keys) core.Engine { return scalableEngine{s: s, k: k, sc: lua.ScalableDefault} }
+		set = lua.ScalableDefault.Fair
 	}
-	m, err := core.NewMutex(s, newEngine, name, o.threadID)
+	m, err := core.NewMutex(s, func(k lua.Keys) core.Engine { return engine{s: s, k: k, set: set} }, name, o.threadID)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +132,8 @@ func (m *Mutex) Owner() string { return m.m.Owner }
 //
 // A waiter that waits longer than its wait slot while queued may be pruned
 // as dead by another client; it then joins again at the tail on its next
-// attempt (as in Redisson), losing its place.
+// attempt (as in Redisson), losing its place. Its own attempts never prune
+// it.
 func (m *Mutex) Lock(ctx context.Context) error {
 	_, err := m.Acquire(ctx, AcquireOptions{Wait: Forever})
 	return err
@@ -188,14 +194,16 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOptions) (bool, error) {
 }
 
 // Unlock releases one hold; releasing the last wakes the head of the queue
-// (only it). It returns ErrNotHeld, changing nothing, when this owner does
-// not hold the lock (Redisson replies success when the lock is gone: H4).
+// and the waiter behind it (and reentrant waiters of the same name). It
+// returns ErrNotHeld, changing nothing, when this owner does not hold the
+// lock (Redisson replies success when the lock is gone: H4). It is never
+// refused, whichever fair engine queued waiters on the name.
 // When ctx ends, before or during the call, it still runs to completion on a
 // fresh context bounded by the client's cleanup timeout.
 func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
 
 // ForceUnlock deletes the lock whoever holds it and wakes the head of the
-// queue. It reports whether a lock was deleted.
+// queue and the waiter behind it. It reports whether a lock was deleted.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) { return m.m.ForceUnlock(ctx) }
 
 // IsLocked reports whether anyone holds the lock.
@@ -232,29 +240,32 @@ func (m *Mutex) Err() error { return m.m.Err() }
 // lock (or, better, use a fencing token). Zero when nothing is held.
 func (m *Mutex) ValidUntil() time.Time { return m.m.ValidUntil() }
 
+// engine is either fair engine: the same script bodies and wrappers, over
+// the engine's own queue representation (set).
 type engine struct {
-	s *core.Session
-	k lua.Keys
+	s   *core.Session
+	k   lua.Keys
+	set func() lua.FairSet
 }
 
 func (e engine) Try(ctx context.Context, a lua.Args, queue bool) (bool, int64, error) {
 	if queue {
-		return e.s.Scripts.FairTryLockWait(ctx, e.s.RDB, e.k, a)
+		return e.set().TryLockWait(ctx, e.s.RDB, e.k, a)
 	}
-	ok, err := e.s.Scripts.FairTryLock(ctx, e.s.RDB, e.k, a)
+	ok, err := e.set().TryLock(ctx, e.s.RDB, e.k, a)
 	return ok, 0, err
 }
 
 func (e engine) GiveUp(ctx context.Context, a lua.Args) error {
-	return e.s.Scripts.FairAcquireFailed(ctx, e.s.RDB, e.k, a)
+	return e.set().AcquireFailed(ctx, e.s.RDB, e.k, a)
 }
 
 func (e engine) Unlock(ctx context.Context, a lua.Args) (lua.UnlockResult, error) {
-	return e.s.Scripts.FairUnlock(ctx, e.s.RDB, e.k, a)
+	return e.set().Unlock(ctx, e.s.RDB, e.k, a)
 }
 
 func (e engine) ForceUnlock(ctx context.Context, a lua.Args) (bool, error) {
-	return e.s.Scripts.FairForceUnlock(ctx, e.s.RDB, e.k, a)
+	return e.set().ForceUnlock(ctx, e.s.RDB, e.k, a)
 }
 
 func (e engine) WakeChannel(owner string) string { return e.k.WaiterChannel(owner) }

@@ -1,11 +1,6 @@
 package fair
 
-import (
-	"context"
-
-	"github.com/fairlock-go/fairlock/internal/core"
-	"github.com/fairlock-go/fairlock/lua"
-)
+import "github.com/fairlock-go/fairlock/lua"
 
 // Engine is how a fair lock keeps its queue in Redis. Both engines have the
 // same semantics: the same grant order, replies, pruning and deadlines.
@@ -20,44 +15,17 @@ const (
 	// Scalable keeps the queue as a linked list with relative deadlines in
 	// one hash (fairlock_squeue:{name}): every script runs O(1) commands
 	// whatever the queue's length. Redisson clients cannot share its locks.
-	// Its scripts refuse, with an error matching ErrMixedEngines, a lock
-	// whose Redisson queue keys exist; the Redisson engine does not detect
-	// the reverse, so every handle on one name must choose the same engine.
+	// Both engines run the same scripts and rules over their own queue.
+	// Every handle on one name must choose the same engine: an acquisition
+	// is refused, with an error matching ErrMixedEngines, on a lock whose
+	// queue the other engine keeps (releasing and giving up never are).
 	Scalable
 )
 
-// ErrMixedEngines reports a lock name used by both engines at once.
+// ErrMixedEngines reports an acquisition on a lock name whose queue the
+// other engine keeps. Nothing was changed.
 var ErrMixedEngines = lua.ErrMixedEngines
 
 // WithEngine chooses the engine. Default: Redisson. Every handle on one
 // lock name must use the same engine.
 func WithEngine(e Engine) Option { return func(o *options) { o.engine = e } }
-
-// scalableEngine is Engine Scalable: the scalable_*.lua scripts.
-type scalableEngine struct {
-	s  *core.Session
-	k  lua.Keys
-	sc *lua.ScalableScripts
-}
-
-func (e scalableEngine) Try(ctx context.Context, a lua.Args, queue bool) (bool, int64, error) {
-	if queue {
-		return e.sc.TryLockWait(ctx, e.s.RDB, e.k, a)
-	}
-	ok, err := e.sc.TryLock(ctx, e.s.RDB, e.k, a)
-	return ok, 0, err
-}
-
-func (e scalableEngine) GiveUp(ctx context.Context, a lua.Args) error {
-	return e.sc.AcquireFailed(ctx, e.s.RDB, e.k, a)
-}
-
-func (e scalableEngine) Unlock(ctx context.Context, a lua.Args) (lua.UnlockResult, error) {
-	return e.sc.Unlock(ctx, e.s.RDB, e.k, a)
-}
-
-func (e scalableEngine) ForceUnlock(ctx context.Context, a lua.Args) (bool, error) {
-	return e.sc.ForceUnlock(ctx, e.s.RDB, e.k, a)
-}
-
-func (e scalableEngine) WakeChannel(owner string) string { return e.k.WaiterChannel(owner) }

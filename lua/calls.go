@@ -213,45 +213,112 @@ func (s *Scripts) Renew(ctx context.Context, rdb redis.Scripter, names, owners [
 	return renewed, nil
 }
 
-// FairTryLock runs fair_try_lock.lua (reads Owner, LeaseMs, NowMs, WaitMs).
-// It never queues.
-func (s *Scripts) FairTryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, err error) {
-	acquired, _, err = nilOrInt(s.Script(FileFairTryLock).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), a.acquireLatch(k)}, a.LeaseMs, a.Owner, a.NowMs, a.WaitMs, a.acquireLatchMs()))
+// The fair lock. Both engines (Redisson-compatible and scalable) run the
+// same script bodies (fair_*.lua) with the same KEYS and ARGV, each over its
+// own queue operations (queue_redisson.lua, queue_scalable.lua), so one set
+// of wrappers, FairSet, serves both.
+
+// gracePrefix names the fair lock's head grace key (fair_common.lua): not in
+// Redisson, whose scripts never read it.
+const gracePrefix = "fairlock_grace"
+
+// Grace is the fair lock's head grace key, "fairlock_grace:{name}": the
+// owner id of the queue head and, in its PTTL, the time it has left to take
+// the free lock (see fair_common.lua).
+func (k Keys) Grace() string {
+	if k.grace == "" {
+		return prefixName(gracePrefix, k.Name)
+	}
+	return k.grace
+}
+
+// FairSet is one fair-lock engine's scripts. Scripts.Fair is the
+// Redisson-compatible engine, ScalableScripts.Fair the scalable one.
+type FairSet struct {
+	byFile map[string]*redis.Script
+}
+
+// Fair returns the Redisson-compatible fair engine's scripts of s.
+func (s *Scripts) Fair() FairSet { return FairSet{s.byFile} }
+
+func (f FairSet) script(file string) *redis.Script {
+	sc, ok := f.byFile[file]
+	if !ok {
+		panic("lua: no script " + file)
+	}
+	return sc
+}
+
+// TryLock runs fair_try_lock.lua (reads Owner, LeaseMs, NowMs, WaitMs,
+// GraceMs, PubCmd, AcquireID, LatchMs). It never queues.
+func (f FairSet) TryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, err error) {
+	acquired, _, err = nilOrInt(f.script(FileFairTryLock).Run(ctx, rdb,
+		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), a.acquireLatch(k), k.Channel, k.Grace()},
+		a.LeaseMs, a.Owner, a.NowMs, a.WaitMs, a.acquireLatchMs(), a.GraceMs, a.pubCmd(), UnlockMessage))
 	return acquired, acquireErr(err)
 }
 
-// FairTryLockWait runs fair_try_lock_wait.lua (reads Owner, LeaseMs, WaitMs,
-// NowMs, GraceMs): take the lock, or join or stay in the queue. When not
-// acquired, ttlMs is how long to wait before trying again (see the script).
-func (s *Scripts) FairTryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
-	acquired, ttlMs, err = nilOrInt(s.Script(FileFairTryLockWait).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), a.acquireLatch(k)}, a.LeaseMs, a.Owner, a.WaitMs, a.NowMs, a.GraceMs, a.acquireLatchMs()))
+// TryLockWait runs fair_try_lock_wait.lua (reads Owner, LeaseMs, WaitMs,
+// NowMs, GraceMs, PubCmd, AcquireID, LatchMs): take the lock, or join or
+// stay in the queue. When not acquired, ttlMs is how long to wait before
+// trying again (see the script; -1: the lock has no expiry).
+func (f FairSet) TryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
+	acquired, ttlMs, err = nilOrInt(f.script(FileFairTryLockWait).Run(ctx, rdb,
+		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), a.acquireLatch(k), k.Channel, k.Grace()},
+		a.LeaseMs, a.Owner, a.WaitMs, a.NowMs, a.GraceMs, a.acquireLatchMs(), a.pubCmd(), UnlockMessage))
 	return acquired, ttlMs, acquireErr(err)
 }
 
-// FairAcquireFailed runs fair_acquire_failed.lua (reads Owner, WaitMs, PubCmd).
-func (s *Scripts) FairAcquireFailed(ctx context.Context, rdb redis.Scripter, k Keys, a Args) error {
-	err := s.Script(FileFairAcquireFailed).Run(ctx, rdb,
-		[]string{k.Queue, k.Timeouts, k.Name, k.Channel, k.ScalableQueue()}, a.Owner, a.WaitMs, a.pubCmd(), UnlockMessage).Err()
+// AcquireFailed runs fair_acquire_failed.lua (reads Owner, WaitMs, GraceMs,
+// PubCmd): the owner leaves the queue. Never refused.
+func (f FairSet) AcquireFailed(ctx context.Context, rdb redis.Scripter, k Keys, a Args) error {
+	err := f.script(FileFairAcquireFailed).Run(ctx, rdb,
+		[]string{k.Queue, k.Timeouts, k.Name, k.Channel, k.ScalableQueue(), k.Grace()},
+		a.Owner, a.WaitMs, a.pubCmd(), UnlockMessage, a.GraceMs).Err()
 	if errors.Is(err, redis.Nil) {
 		return nil
 	}
-	return mixed(err)
+	return err
 }
 
-// FairUnlock runs fair_unlock.lua (reads Owner, LeaseMs, NowMs, RequestID,
-// LatchMs, GraceMs, PubCmd).
-func (s *Scripts) FairUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
-	res, err := unlockResult(s.Script(FileFairUnlock).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.Channel, k.Latch(a.RequestID), k.ScalableQueue()},
+// Unlock runs fair_unlock.lua (reads Owner, LeaseMs, NowMs, RequestID,
+// LatchMs, GraceMs, PubCmd). Never refused.
+func (f FairSet) Unlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
+	return unlockResult(f.script(FileFairUnlock).Run(ctx, rdb,
+		[]string{k.Name, k.Queue, k.Timeouts, k.Channel, k.Latch(a.RequestID), k.ScalableQueue(), k.Grace()},
 		UnlockMessage, a.LeaseMs, a.Owner, a.NowMs, a.pubCmd(), a.LatchMs, a.GraceMs))
-	return res, mixed(err)
 }
 
-// FairForceUnlock runs fair_force_unlock.lua (reads NowMs, GraceMs, PubCmd).
+// ForceUnlock runs fair_force_unlock.lua (reads NowMs, GraceMs, PubCmd). It
+// reports whether a lock was deleted. Never refused.
+func (f FairSet) ForceUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, error) {
+	_, n, err := nilOrInt(f.script(FileFairForceUnlock).Run(ctx, rdb,
+		[]string{k.Name, k.Queue, k.Timeouts, k.Channel, k.ScalableQueue(), k.Grace()},
+		UnlockMessage, a.NowMs, a.pubCmd(), a.GraceMs))
+	return n == 1, err
+}
+
+// FairTryLock is s.Fair().TryLock.
+func (s *Scripts) FairTryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, error) {
+	return s.Fair().TryLock(ctx, rdb, k, a)
+}
+
+// FairTryLockWait is s.Fair().TryLockWait.
+func (s *Scripts) FairTryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, int64, error) {
+	return s.Fair().TryLockWait(ctx, rdb, k, a)
+}
+
+// FairAcquireFailed is s.Fair().AcquireFailed.
+func (s *Scripts) FairAcquireFailed(ctx context.Context, rdb redis.Scripter, k Keys, a Args) error {
+	return s.Fair().AcquireFailed(ctx, rdb, k, a)
+}
+
+// FairUnlock is s.Fair().Unlock.
+func (s *Scripts) FairUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
+	return s.Fair().Unlock(ctx, rdb, k, a)
+}
+
+// FairForceUnlock is s.Fair().ForceUnlock.
 func (s *Scripts) FairForceUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, error) {
-	_, n, err := nilOrInt(s.Script(FileFairForceUnlock).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.Channel, k.ScalableQueue()}, UnlockMessage, a.NowMs, a.pubCmd(), a.GraceMs))
-	return n == 1, mixed(err)
+	return s.Fair().ForceUnlock(ctx, rdb, k, a)
 }

@@ -1,94 +1,228 @@
--- fair_common.lua: local functions shared by the fair-lock scripts. It is not
--- a script by itself: package lua prepends it to every fair_*.lua file before
--- loading, so each script stays one atomic EVAL.
+-- fair_common.lua: the rules of the fair lock, shared by both engines. It is
+-- not a script by itself: package lua prepends an engine's queue operations
+-- (queue_redisson.lua or queue_scalable.lua: q_init, q_front, q_take, ...)
+-- and then this file to every fair_*.lua script body, so each script stays
+-- one atomic EVAL and every rule is written once.
 --
--- State (all keys share the lock's hash slot):
---   lock      hash owner -> hold count, PTTL = lease
---   queue     list of waiting owners, FIFO, head first
---   timeouts  zset owner -> deadline (absolute, client clock, milliseconds)
+-- Keys besides the engine's queue (all in the lock's hash slot):
+--   lock     hash owner -> hold count, PTTL = lease (Redisson's)
+--   channel  "redisson_lock__channel:{name}": the reentrant lock's channel;
+--            a fair waiter listens on "<channel>:<owner>"
+--   grace    "fairlock_grace:{name}" (not in Redisson): the head grace, see
+--            below. Redisson's scripts never read it.
+--
+-- The head grace. While the lock is free, the head of the queue must take
+-- it within the grace or be pruned as dead, so a dead head stalls its
+-- followers for about a grace, not for its whole wait slot (5 minutes by
+-- default). The grace lives in its own key, never in Redisson's deadlines
+-- (Java clients compute new waiters' deadlines from those): the key holds
+-- the head's owner id, and its PTTL, less GRACE_MARGIN, is the grace left.
+-- So the grace runs on the Redis server's clock, whatever the clients'
+-- clocks say. The key outlives the grace by GRACE_MARGIN so that whoever
+-- calls next sees that it ran out; with nobody calling it disappears by
+-- itself. It is only valid while the lock is free and its owner is the
+-- head: any script that finds otherwise deletes it.
+--
+-- Rules every script applies (see docs/design.md, "Fair lock"):
+--   - never prune the caller: a caller is alive by definition;
+--   - prune dead heads: no deadline (H1), a deadline at or before now, or a
+--     head grace that ran out while the lock is free;
+--   - whoever finds the lock free with a head that has no grace starts it
+--     (if its own grace setting is on);
+--   - wake-ups: a waiter that moves into the first or second place of the
+--     queue is woken, and the first two are woken when the lock becomes
+--     free, when its lease is cut short and when the head's grace starts;
+--     at most once each, and never the caller of fair_try_lock_wait (its
+--     reply tells it how long to sleep).
 
--- Not in Redisson: a lock whose queue is kept by this module's scalable
--- engine (fairlock_squeue:{name}) is refused before anything is written,
--- so the two engines are never mixed on one name. Returns the error reply
--- to return, or nil.
-local function refuse_scalable(squeue, name)
-    if redis.call('exists', squeue) == 1 then
-        return redis.error_reply('fairlock: lock ' .. name ..
-            ' is used by the scalable fair engine (fairlock_squeue exists)')
-    end
-    return nil
+local GRACE_MARGIN = 60000
+
+local LOCK, CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS
+
+-- fair_init names the keys and the publish command of this call. cross:
+-- this script releases or leaves (unlock, forceUnlock, acquireFailed), and
+-- so wakes the other engine's queue when this engine has none (one lock
+-- hash, two possible queues; the acquisition scripts refuse a lock whose
+-- queue the other engine keeps, so for them only this engine's counts).
+local function fair_init(lock, queue, timeouts, squeue, channel, grace_key, pubcmd, message, cross)
+    LOCK, CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS = lock, channel, grace_key, pubcmd, message, cross
+    q_init(queue, timeouts, squeue)
 end
 
--- Drop queue heads that are dead: a head whose deadline is at or before now,
--- or a head with no deadline at all. Redisson stops at a head without a
--- deadline, which then blocks the lock for ever (hazard H1); here it is stale.
--- Nobody else's deadline moves: a dead waiter's slot was spent in real time.
-local function prune_stale_heads(queue, timeouts, now)
-    while true do
-        local head = redis.call('lindex', queue, 0)
-        if not head then
-            return
-        end
-        local deadline = redis.call('zscore', timeouts, head)
-        if deadline and tonumber(deadline) > now then
-            return
-        end
-        redis.call('zrem', timeouts, head)
-        redis.call('lpop', queue)
+local function lock_free()
+    return redis.call('exists', LOCK) == 0
+end
+
+-- The head and the waiter behind it, the waiters a script may wake: this
+-- engine's, or in a release when this engine has no queue, the other's.
+local function front()
+    local head, second = q_front()
+    if not head and CROSS then
+        return q_other_front()
     end
+    return head, second
+end
+
+-- begin, after a script's refusal and latch checks: the queue is checked
+-- (and repaired when malformed). Returns this engine's head, and the front
+-- as the script found it (head0, second0: see front).
+local function begin()
+    local head, second = q_check()
+    if not head and CROSS then
+        local h, s = q_other_front()
+        return nil, h, s
+    end
+    return head, head, second
+end
+
+-- The grace key: its owner and the milliseconds of grace left (0 or less:
+-- ran out), or nil. A key that is not ours (wrong type, no expiry) is
+-- deleted.
+local function grace_read()
+    local owner = redis.pcall('get', GRACE)
+    if type(owner) ~= 'string' then
+        if type(owner) == 'table' then
+            redis.call('del', GRACE)
+        end
+        return nil, nil
+    end
+    local pttl = redis.call('pttl', GRACE)
+    if pttl < 0 then
+        redis.call('del', GRACE)
+        return nil, nil
+    end
+    return owner, pttl - GRACE_MARGIN
+end
+
+-- Drop dead heads, never the caller: a head without a deadline (Redisson
+-- stops there and blocks the lock for ever: hazard H1), a head whose
+-- deadline is at or before now (Redisson's rule), or a head whose grace ran
+-- out while the lock is free. Nobody else's deadline moves: a dead waiter's
+-- time was spent in real time. At most one pass per queued waiter. head:
+-- the head (q_front); returns the head afterwards.
+local function prune(caller, now, head)
+    local free, graced, left, limit
+    while head and head ~= caller do
+        if free == nil then
+            free = lock_free()
+            if free then
+                graced, left = grace_read()
+            end
+        end
+        local deadline = q_head_deadline(head)
+        if deadline and deadline > now and not (graced == head and left <= 0) then
+            break
+        end
+        limit = (limit or q_size()) - 1
+        if limit < 0 then
+            break
+        end
+        q_pop_head()
+        head = q_front()
+    end
+    return head
 end
 
 -- Take the lock when it is free and nobody is queued ahead of owner, or
--- re-enter it when owner holds it. On a fresh take the owner leaves the queue
--- and every remaining deadline drops by the acquirer's slot (wait), because
--- the slot reserved for the acquirer's turn is no longer needed.
--- Returns true when owner holds the lock afterwards.
-local function take_or_reenter(lock, queue, timeouts, owner, lease, wait)
-    if redis.call('exists', lock) == 0 then
-        local head = redis.call('lindex', queue, 0)
+-- re-enter it when owner holds it. A fresh take removes owner from the
+-- queue and lowers every remaining deadline by its slot (Redisson's rule).
+-- head: the head (q_front). Returns whether owner holds the lock now, and
+-- whether a re-entry cut the lease short (the waiters were told the old
+-- one).
+local function take_or_reenter(owner, lease, wait, head)
+    if lock_free() then
         if head and head ~= owner then
-            return false
+            return false, false
         end
-        redis.call('lpop', queue)
-        redis.call('zrem', timeouts, owner)
-        for _, waiter in ipairs(redis.call('zrange', timeouts, 0, -1)) do
-            redis.call('zincrby', timeouts, -wait, waiter)
+        q_take(owner, wait)
+        redis.call('hset', LOCK, owner, 1)
+        redis.call('pexpire', LOCK, lease)
+        return true, false
+    end
+    if redis.call('hexists', LOCK, owner) == 1 then
+        local pttl = redis.call('pttl', LOCK)
+        redis.call('hincrby', LOCK, owner, 1)
+        redis.call('pexpire', LOCK, lease)
+        return true, pttl == -1 or tonumber(lease) < pttl
+    end
+    return false, false
+end
+
+-- Join at the tail (Redisson's rule): the deadline is the tail's plus the
+-- slot, or now + PTTL + slot when nobody with a deadline is ahead.
+local function join(owner, wait, now)
+    local ttl = redis.call('pttl', LOCK)
+    local tail, deadline = q_tail()
+    if tail and tail ~= owner and deadline then
+        ttl = deadline - now
+    end
+    q_append(owner, ttl + wait + now, tail, deadline)
+end
+
+local function wake(owner)
+    redis.call(PUBCMD, CHANNEL .. ':' .. owner, MESSAGE)
+end
+
+-- The end of every script that got past its checks: keep the grace key
+-- valid, start the head's grace if the lock is free (grace > 0), and wake
+-- who must act: the head to take the lock, the waiter behind it to prune
+-- the head if it does not. caller: the owner that gets a sleep bound as
+-- its reply (fair_try_lock_wait), not woken; nil for the other scripts,
+-- whose caller may have a wait in progress elsewhere (one owner, several
+-- goroutines). head0, second0: the front of the queue when the script
+-- started; freed: the lock became free or its lease was cut short in this
+-- script.
+local function finish(caller, head0, second0, freed, grace)
+    local head, second = front()
+    local started = false
+    if head and lock_free() then
+        local graced = grace_read()
+        if graced and graced ~= head then
+            redis.call('del', GRACE)
+            graced = nil
         end
-        redis.call('hset', lock, owner, 1)
-        redis.call('pexpire', lock, lease)
-        return true
+        if not graced and grace > 0 then
+            redis.call('set', GRACE, head, 'px', grace + GRACE_MARGIN)
+            started = true
+        end
+    else
+        redis.call('del', GRACE) -- no grace unless the lock is free with a head
     end
-    if redis.call('hexists', lock, owner) == 1 then
-        redis.call('hincrby', lock, owner, 1)
-        redis.call('pexpire', lock, lease)
-        return true
+    if head and head ~= caller and (freed or started or head ~= head0) then
+        wake(head)
     end
-    return false
+    if second and second ~= caller and (freed or started or second ~= second0) then
+        wake(second)
+    end
+    return head, second
 end
 
--- Head grace (not in Redisson): while the lock is free, the head must take it
--- within grace milliseconds or be pruned as dead. Its deadline is lowered to
--- now + grace (never raised). grace <= 0 turns this off.
--- Returns the head (or nil) and its deadline after the clamp.
-local function clamp_head(queue, timeouts, now, grace)
-    local head = redis.call('lindex', queue, 0)
-    if not head then
-        return nil, nil
+-- The reply to a queued caller that did not get the lock (head, second: the
+-- front of the queue, as finish returns it): how long it may sleep before
+-- trying again (a wake-up may come sooner). It is bounded by the next event
+-- that can change its place or free the lock:
+--   - lock held: its PTTL (-1: no expiry; the client re-checks once a
+--     watchdog lease); the waiter right behind the head at most the grace,
+--     so that it notices a dead head soon after a release even if a
+--     wake-up is lost;
+--   - lock free (so the head is someone else): until the head's deadline or
+--     the end of its grace, whichever comes first; at least 1 (Redisson
+--     replies 0 and its waiters poll in a loop: hazard H2).
+local function reply(owner, now, grace, head, second)
+    local pttl = redis.call('pttl', LOCK)
+    if pttl ~= -2 then
+        if grace > 0 and second == owner and (pttl < 0 or pttl > grace) then
+            return grace
+        end
+        return pttl
     end
-    local deadline = tonumber(redis.call('zscore', timeouts, head))
-    if grace > 0 and deadline > now + grace then
-        deadline = now + grace
-        redis.call('zadd', timeouts, deadline, head)
+    if not head or head == owner then
+        return 1
     end
-    return head, deadline
+    local wait = (q_head_deadline(head) or now) - now
+    local graced, left = grace_read()
+    if graced == head and left < wait then
+        wait = left
+    end
+    return math.max(1, wait)
 end
-
--- The lock has just become free: give the head its grace and wake it (and
--- only it) on its own channel "<channel prefix>:<owner>".
-local function hand_over(queue, timeouts, now, grace, channel_prefix, pubcmd, message)
-    local head = clamp_head(queue, timeouts, now, grace)
-    if head then
-        redis.call(pubcmd, channel_prefix .. ':' .. head, message)
-    end
-end
-

@@ -1,49 +1,68 @@
--- fair_unlock.lua: release one hold of a fair lock (Redisson RFairLock unlock).
+-- fair_unlock.lua: release one hold of a fair lock (Redisson RFairLock
+-- unlock). Both engines run this body, after their queue operations and
+-- fair_common.lua.
 --
 -- KEYS[1]  lock hash
--- KEYS[2]  queue
--- KEYS[3]  timeouts
+-- KEYS[2]  queue "redisson_lock_queue:{name}"
+-- KEYS[3]  timeouts "redisson_lock_timeout:{name}"
 -- KEYS[4]  channel prefix "redisson_lock__channel:{name}"
 -- KEYS[5]  unlock latch "redisson_unlock_latch:{name}:<request-id>"
--- KEYS[6]  scalable queue "fairlock_squeue:{name}" (not in Redisson: refused if it exists)
+-- KEYS[6]  scalable queue "fairlock_squeue:{name}" (not in Redisson)
+-- KEYS[7]  head grace "fairlock_grace:{name}" (not in Redisson)
 -- ARGV[1]  unlock message, "0"
 -- ARGV[2]  lease in milliseconds to set when holds remain
 -- ARGV[3]  owner id
 -- ARGV[4]  now: client clock, Unix milliseconds
 -- ARGV[5]  publish command: "publish" or "spublish"
--- ARGV[6]  latch lifetime in milliseconds
--- ARGV[7]  head grace in milliseconds (not in Redisson; <= 0 turns it off)
+-- ARGV[6]  latch lifetime in milliseconds (0 or less: no latch)
+-- ARGV[7]  head grace in milliseconds (not in Redisson; <= 0: off)
 --
 -- Reply: nil when ARGV[3] does not hold the lock, 0 when it still holds it
--- (re-entered), 1 when the lock was released and the head (only) woken.
--- A retry with the same latch key returns the first reply.
--- Not in Redisson (hazard H4): when the lock no longer exists at all, the head
--- is still woken but the reply is nil (Redisson replies 1, a silent success).
-local lock, queue, timeouts, prefix, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- (re-entered), 1 when the lock was released. A retry with the same latch
+-- key returns the first reply. Never refused, whatever the other engine
+-- keeps: a holder can always release.
+-- A release (and, hazard H4, an unlock that finds the lock gone: reply nil,
+-- where Redisson replies 1) publishes "0" on the lock's own channel, which
+-- wakes reentrant waiters of the same name (not in Redisson), and wakes the
+-- head of the queue and the waiter behind it (Redisson: the head only),
+-- after giving the head its grace; when this engine has no queue, the other
+-- engine's head and second are woken.
+local lock, latch = KEYS[1], KEYS[5]
 local owner, now, grace = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[7])
 
-local refused = refuse_scalable(KEYS[6], KEYS[1])
-if refused then
-    return refused
+-- The outcome is latched for a retry; a latch lifetime of 0 or less
+-- (an unlock sent without one) keeps none, rather than failing after the
+-- release (SET PX 0 is an error) and leaving the waiters unwoken.
+local function latch_outcome(v)
+    if tonumber(ARGV[6]) > 0 then
+        redis.call('set', latch, v, 'px', ARGV[6])
+    end
 end
+
 local latched = redis.call('get', latch)
 if latched then
     return tonumber(latched)
 end
-prune_stale_heads(queue, timeouts, now)
+fair_init(lock, KEYS[2], KEYS[3], KEYS[6], KEYS[4], KEYS[7], ARGV[5], ARGV[1], true)
+local head, head0, second0 = begin()
+prune(owner, now, head)
+local result, freed = nil, false
 if redis.call('exists', lock) == 0 then
-    hand_over(queue, timeouts, now, grace, prefix, ARGV[5], ARGV[1])
-    return nil
+    freed = true
+elseif redis.call('hexists', lock, owner) == 1 then
+    if redis.call('hincrby', lock, owner, -1) > 0 then
+        local pttl = redis.call('pttl', lock)
+        redis.call('pexpire', lock, ARGV[2])
+        latch_outcome('0')
+        result, freed = 0, pttl == -1 or tonumber(ARGV[2]) < pttl
+    else
+        redis.call('del', lock)
+        latch_outcome('1')
+        result, freed = 1, true
+    end
 end
-if redis.call('hexists', lock, owner) == 0 then
-    return nil
+if result ~= 0 and freed then
+    redis.call(ARGV[5], KEYS[4], ARGV[1])
 end
-if redis.call('hincrby', lock, owner, -1) > 0 then
-    redis.call('pexpire', lock, ARGV[2])
-    redis.call('set', latch, '0', 'px', ARGV[6])
-    return 0
-end
-redis.call('del', lock)
-redis.call('set', latch, '1', 'px', ARGV[6])
-hand_over(queue, timeouts, now, grace, prefix, ARGV[5], ARGV[1])
-return 1
+finish(nil, head0, second0, freed, grace)
+return result

@@ -92,6 +92,7 @@ type Keys struct {
 	latch    string
 	alatch   string
 	squeue   string // the scalable engine's queue, see ScalableQueue
+	grace    string // the fair lock's head grace, see Grace
 }
 
 // KeysFor returns the keys of the lock called name. It does not validate the
@@ -105,6 +106,7 @@ func KeysFor(name string) Keys {
 		latch:    prefixName(latchPrefix, name),
 		alatch:   prefixName(acquireLatchPrefix, name),
 		squeue:   prefixName(squeuePrefix, name),
+		grace:    prefixName(gracePrefix, name),
 	}
 }
 
@@ -141,6 +143,7 @@ const (
 	FileFairForceUnlock   = "fair_force_unlock.lua"
 	FileAbandon           = "abandon.lua"
 	fileFairCommon        = "fair_common.lua"
+	fileQueueRedisson     = "queue_redisson.lua"
 	fileLatchCommon       = "latch_common.lua"
 )
 
@@ -151,8 +154,9 @@ var Files = []string{
 }
 
 // Source returns the text of a script as it is sent to Redis: the file, with
-// latch_common.lua in front of it, and fair_common.lua too for the fair-lock
-// scripts.
+// latch_common.lua in front of it, and for the fair-lock scripts the
+// Redisson-compatible engine's queue operations and fair_common.lua too (see
+// ScalableSource for the other engine).
 func Source(file string) string {
 	body, err := files.ReadFile(file)
 	if err != nil {
@@ -161,7 +165,7 @@ func Source(file string) string {
 	if !strings.HasPrefix(file, "fair_") {
 		return mustRead(fileLatchCommon) + string(body)
 	}
-	return mustRead(fileLatchCommon) + mustRead(fileFairCommon) + string(body)
+	return mustRead(fileLatchCommon) + mustRead(fileQueueRedisson) + mustRead(fileFairCommon) + string(body)
 }
 
 func mustRead(file string) string {

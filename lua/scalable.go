@@ -8,38 +8,42 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The scalable fair-lock engine: the same semantics as the fair_*.lua
-// scripts (replies, grant order, pruning, deadlines), kept in a doubly linked
-// list in one hash with relative deadlines, so that every script runs O(1)
-// commands whatever the queue's length (see scalable_common.lua). Its queue
-// key differs from Redisson's, so one lock name is served by one engine; its
-// scripts refuse a lock whose Redisson-compatible queue keys exist.
+// The scalable fair-lock engine runs the same script bodies as the
+// Redisson-compatible one (fair_*.lua, with fair_common.lua's rules), with
+// the same KEYS, ARGV, replies and messages, over other queue operations
+// (queue_scalable.lua): a doubly linked list with relative deadlines in one
+// hash, so that every script runs O(1) commands whatever the queue's length.
+// Its queue key differs from Redisson's, so one lock name is served by one
+// engine: the acquisition scripts of each engine refuse a lock whose queue
+// the other keeps. Releasing and giving up are never refused.
 
-// Script file names of the scalable engine.
+// The scalable engine's scripts are the fair-lock bodies; these names are
+// theirs, for callers that name a script per engine.
 const (
-	FileScalableTryLock       = "scalable_try_lock.lua"
-	FileScalableTryLockWait   = "scalable_try_lock_wait.lua"
-	FileScalableAcquireFailed = "scalable_acquire_failed.lua"
-	FileScalableUnlock        = "scalable_unlock.lua"
-	FileScalableForceUnlock   = "scalable_force_unlock.lua"
-	fileScalableCommon        = "scalable_common.lua"
+	FileScalableTryLock       = FileFairTryLock
+	FileScalableTryLockWait   = FileFairTryLockWait
+	FileScalableAcquireFailed = FileFairAcquireFailed
+	FileScalableUnlock        = FileFairUnlock
+	FileScalableForceUnlock   = FileFairForceUnlock
 )
 
-// ScalableFiles lists the scalable engine's scripts, in a fixed order.
+// ScalableFiles lists the scalable engine's scripts: the fair-lock bodies.
 var ScalableFiles = []string{
-	FileScalableTryLock, FileScalableTryLockWait, FileScalableAcquireFailed,
-	FileScalableUnlock, FileScalableForceUnlock,
+	FileScalableTryLock, FileScalableTryLockWait, FileScalableAcquireFailed, FileScalableUnlock, FileScalableForceUnlock,
 }
 
-const squeuePrefix = "fairlock_squeue"
+const (
+	squeuePrefix      = "fairlock_squeue"
+	fileQueueScalable = "queue_scalable.lua"
+)
 
 // ErrMixedEngines reports a fair lock whose name is already used by the
-// other fair-lock engine: the scalable engine found Redisson's queue keys.
-// The script changed nothing.
+// other fair-lock engine: an acquisition found the other engine's queue. The
+// script changed nothing.
 var ErrMixedEngines = errors.New("fairlock: lock is used by the other fair-lock engine")
 
-// mixedMarkers are in the error replies of refuse_mixed
-// (scalable_common.lua) and refuse_scalable (fair_common.lua).
+// mixedMarkers are in the error replies of q_refuse (queue_scalable.lua and
+// queue_redisson.lua).
 var mixedMarkers = []string{"is used by the Redisson-compatible fair engine", "is used by the scalable fair engine"}
 
 // ScalableQueue is the scalable engine's queue key of the lock k:
@@ -52,14 +56,15 @@ func (k Keys) ScalableQueue() string {
 	return k.squeue
 }
 
-// ScalableSource returns the text of a scalable script as it is sent to
-// Redis: the file with scalable_common.lua in front of it.
+// ScalableSource returns the text of a scalable-engine script as it is sent
+// to Redis: the fair-lock body with latch_common.lua, queue_scalable.lua and
+// fair_common.lua in front of it.
 func ScalableSource(file string) string {
 	body, err := files.ReadFile(file)
-	if err != nil || !strings.HasPrefix(file, "scalable_") {
-		panic("lua: no scalable script " + file)
+	if err != nil || !strings.HasPrefix(file, "fair_") {
+		panic("lua: no fair-lock script " + file)
 	}
-	return mustRead(fileLatchCommon) + mustRead(fileScalableCommon) + string(body)
+	return mustRead(fileLatchCommon) + mustRead(fileQueueScalable) + mustRead(fileFairCommon) + string(body)
 }
 
 // ScalableScripts is one loaded set of the scalable engine's scripts.
@@ -94,6 +99,9 @@ func (s *ScalableScripts) Script(file string) *redis.Script {
 	return sc
 }
 
+// Fair returns the scalable engine's scripts as a FairSet.
+func (s *ScalableScripts) Fair() FairSet { return FairSet{s.byFile} }
+
 // mixed turns the scripts' refusal into ErrMixedEngines.
 func mixed(err error) error {
 	if err == nil {
@@ -107,46 +115,27 @@ func mixed(err error) error {
 	return err
 }
 
-// TryLock runs scalable_try_lock.lua (reads Owner, LeaseMs, NowMs, WaitMs),
-// as FairTryLock. It never queues.
-func (s *ScalableScripts) TryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, err error) {
-	acquired, _, err = nilOrInt(s.Script(FileScalableTryLock).Run(ctx, rdb,
-		[]string{k.Name, k.ScalableQueue(), k.Queue, k.Timeouts, a.acquireLatch(k)}, a.LeaseMs, a.Owner, a.NowMs, a.WaitMs, a.acquireLatchMs()))
-	return acquired, acquireErr(err)
+// TryLock is s.Fair().TryLock.
+func (s *ScalableScripts) TryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, error) {
+	return s.Fair().TryLock(ctx, rdb, k, a)
 }
 
-// TryLockWait runs scalable_try_lock_wait.lua (reads Owner, LeaseMs, WaitMs,
-// NowMs, GraceMs), as FairTryLockWait.
-func (s *ScalableScripts) TryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
-	acquired, ttlMs, err = nilOrInt(s.Script(FileScalableTryLockWait).Run(ctx, rdb,
-		[]string{k.Name, k.ScalableQueue(), k.Queue, k.Timeouts, a.acquireLatch(k)}, a.LeaseMs, a.Owner, a.WaitMs, a.NowMs, a.GraceMs, a.acquireLatchMs()))
-	return acquired, ttlMs, acquireErr(err)
+// TryLockWait is s.Fair().TryLockWait.
+func (s *ScalableScripts) TryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, int64, error) {
+	return s.Fair().TryLockWait(ctx, rdb, k, a)
 }
 
-// AcquireFailed runs scalable_acquire_failed.lua (reads Owner, WaitMs,
-// PubCmd), as FairAcquireFailed.
+// AcquireFailed is s.Fair().AcquireFailed.
 func (s *ScalableScripts) AcquireFailed(ctx context.Context, rdb redis.Scripter, k Keys, a Args) error {
-	err := s.Script(FileScalableAcquireFailed).Run(ctx, rdb,
-		[]string{k.ScalableQueue(), k.Name, k.Channel, k.Queue, k.Timeouts}, a.Owner, a.WaitMs, a.pubCmd(), UnlockMessage).Err()
-	if errors.Is(err, redis.Nil) {
-		return nil
-	}
-	return mixed(err)
+	return s.Fair().AcquireFailed(ctx, rdb, k, a)
 }
 
-// Unlock runs scalable_unlock.lua (reads Owner, LeaseMs, NowMs, RequestID,
-// LatchMs, GraceMs, PubCmd), as FairUnlock.
+// Unlock is s.Fair().Unlock.
 func (s *ScalableScripts) Unlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
-	r, err := unlockResult(s.Script(FileScalableUnlock).Run(ctx, rdb,
-		[]string{k.Name, k.ScalableQueue(), k.Channel, k.Latch(a.RequestID), k.Queue, k.Timeouts},
-		UnlockMessage, a.LeaseMs, a.Owner, a.NowMs, a.pubCmd(), a.LatchMs, a.GraceMs))
-	return r, mixed(err)
+	return s.Fair().Unlock(ctx, rdb, k, a)
 }
 
-// ForceUnlock runs scalable_force_unlock.lua (reads NowMs, GraceMs,
-// PubCmd), as FairForceUnlock.
+// ForceUnlock is s.Fair().ForceUnlock.
 func (s *ScalableScripts) ForceUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, error) {
-	_, n, err := nilOrInt(s.Script(FileScalableForceUnlock).Run(ctx, rdb,
-		[]string{k.Name, k.ScalableQueue(), k.Channel, k.Queue, k.Timeouts}, UnlockMessage, a.NowMs, a.pubCmd(), a.GraceMs))
-	return n == 1, mixed(err)
+	return s.Fair().ForceUnlock(ctx, rdb, k, a)
 }

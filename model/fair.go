@@ -3,7 +3,9 @@ package model
 import "slices"
 
 // The fair lock (Redisson's RFairLock) adds a FIFO queue to the reentrant
-// lock's hash. The rules, in the order a reader needs them:
+// lock's hash. Both engines of package fair (the Redisson-compatible one and
+// the scalable one) keep exactly this state, each in its own keys, and run
+// the same rules. The rules, in the order a reader needs them:
 //
 // Queue and deadlines. A caller that cannot take the lock and is willing to
 // wait joins the tail of Queue. It also gets a deadline in Deadlines: if it
@@ -18,171 +20,204 @@ import "slices"
 // of the queue stays free for the head; callers that do not queue
 // (FairTryLock) fail, callers that do are queued behind.
 //
-// Pruning. Before anything else every fair script but acquireFailed drops
-// dead heads: while the head's deadline is at or before the caller's now, it
-// is removed. Nobody else's deadline moves: the dead waiter's slot has been
-// spent in real time. Only heads are examined; since deadlines are ordered,
-// a dead waiter is always reached through dead heads. Not in Redisson
-// (hazard H1): a head with no deadline at all is pruned too, instead of
-// blocking the lock for ever.
-//
 // Deadline shifting. The deadlines are built assuming every waiter ahead uses
 // its whole slot. When the head takes the lock, its slot was not needed, so
 // every remaining deadline drops by the acquirer's slot. When a waiter gives
 // up (acquireFailed), the waiters behind it drop by its slot; those ahead of
 // it are unaffected. Without these, deadlines drift into the future
-// (Redisson #1104, #2099) and a dead waiter holds the lock up for long after.
+// (Redisson #1104, #2099). These are Redisson's rules, and the only ways a
+// deadline ever changes: Java clients sharing the lock compute from them.
 //
-// Waking. A release (unlock, forceUnlock) publishes "0" on the head's own
-// channel only, never on the lock channel: nobody but the head can take the
-// lock, so there is no thundering herd. The head stays queued until it takes
-// the lock itself.
+// Head grace (not in Redisson). While the lock is free, its head must take
+// it within a grace or be pruned as dead: a dead head then stalls its
+// followers for about a grace instead of its whole slot. The grace is kept
+// apart from the deadlines, in GraceOwner / GraceEnd (the key
+// "fairlock_grace:{name}"), on the server's clock: whoever finds the lock
+// free with a head that has no grace starts one (when its own grace setting
+// is on), and it is dropped as soon as its owner is no longer the head of a
+// free lock. The key lives GraceMargin past the grace, so that the next
+// caller sees that it ran out.
 //
-// Head grace (not in Redisson). Whenever the lock becomes free, or a waiter
-// behind the head finds it free, the head must take it within grace ms: its
-// deadline is lowered to now + grace if that is earlier. A live head takes
-// the lock within a round trip of its wake-up; a dead one is then pruned
-// after grace instead of after its whole slot. Deadlines only go down, and
-// only at the head, so the order of the queue is kept. grace <= 0 turns
-// this off (Redisson's behaviour).
+// Pruning. Before anything else every fair script but acquireFailed drops
+// dead heads: while the head has no deadline (H1: Redisson stops there and
+// blocks for ever), or its deadline is at or before the caller's now, or the
+// lock is free and the head's grace ran out, the head is removed. Nobody
+// else's deadline moves. Not in Redisson: the caller is never pruned by its
+// own call (it is alive by definition), so a head whose deadline passed
+// still takes a free lock, and a clock that lags or leads cannot make a live
+// head prune itself and rejoin at the tail.
+//
+// Waking. Every fair script ends by waking, on their own channels, the
+// waiters that must act (the head to take the lock, the waiter behind it to
+// prune the head if it does not): a waiter that moved into the first or
+// second place of the queue, and the first two whenever the lock became
+// free, its lease was cut short (the waiters sleep until the lease they
+// were told) or the head's grace started. At most once each, and never the
+// caller of FairTryLockWait, whose reply tells it how long to sleep (the
+// caller of another script may be an owner with a wait in progress in
+// another goroutine: it is woken like anyone). A release (unlock, forceUnlock) also
+// publishes on the lock's own channel, which wakes reentrant waiters of the
+// same name.
+//
+// Replies. A queued waiter that did not get the lock is told how long it may
+// sleep: never past the next event that can change its place or free the
+// lock (see FairTryLockWait).
+
+// GraceMargin is how long the head grace key outlives the grace, in ms.
+const GraceMargin int64 = 60_000
 
 // FairTryLock is fair_try_lock.lua: one attempt that never queues (Redisson's
 // tryLock() with no arguments). It takes the lock when it is free and nobody
 // alive is queued ahead (the caller may itself be the head: then it leaves
 // the queue), or re-enters a lock owner holds. waitMs is the caller's slot,
 // by which the remaining deadlines drop when it takes the lock.
-func (l *Lock) FairTryLock(server, now int64, owner string, leaseMs, waitMs int64) (acquired bool) {
+func (l *Lock) FairTryLock(server, now int64, owner string, leaseMs, waitMs, graceMs int64) (acquired bool) {
 	l.Advance(server)
-	l.pruneStaleHeads(now)
-	return l.takeOrReenter(server, owner, leaseMs, waitMs)
+	head0, second0 := l.front()
+	l.prune(server, now, owner)
+	held, cut := l.takeOrReenter(server, owner, leaseMs, waitMs)
+	l.finish(server, "", head0, second0, cut, graceMs)
+	return held
 }
 
 // FairTryLockWait is fair_try_lock_wait.lua: take the lock as FairTryLock
 // does, or else join the queue or stay in it. When not acquired the reply is
 // how long to wait before trying again (a message on the waiter's channel
-// may come sooner):
+// may come sooner), bounded by the next event that can change the waiter's
+// place or free the lock:
 //
-//   - newly queued: until the waiter ahead runs out (its deadline - now), or
-//     the remaining lease when nobody is ahead (NoExpiry for no lease);
-//   - already queued, lock held: the remaining lease; but for the waiter
-//     right behind the head at most grace (not in Redisson), so that it is
-//     the one to notice and prune a dead head soon after the release;
-//   - already queued, lock free (so someone else is the head): the head gets
-//     its grace, then the time until the head's deadline, at least 1 ms
-//     (Redisson replies 0 and its waiters busy-poll, hazard H2).
+//   - lock held: the remaining lease (NoExpiry for none); but for the waiter
+//     right behind the head at most grace (not in Redisson), so that it
+//     notices a dead head soon after a release even if a wake-up is lost;
+//   - lock free (so someone else is the head): until the head's deadline or
+//     the end of its grace, whichever comes first, at least 1 ms (Redisson
+//     replies 0 and its waiters busy-poll, hazard H2).
+//
+// A new waiter gets the same reply (Redisson tells it the time until the
+// tail runs out; the reply is only the caller's to read).
 func (l *Lock) FairTryLockWait(server, now int64, owner string, leaseMs, waitMs, graceMs int64) (acquired bool, ttlMs int64) {
 	l.Advance(server)
-	l.pruneStaleHeads(now)
-	if l.takeOrReenter(server, owner, leaseMs, waitMs) {
+	head0, second0 := l.front()
+	l.prune(server, now, owner)
+	if held, cut := l.takeOrReenter(server, owner, leaseMs, waitMs); held {
+		l.finish(server, owner, head0, second0, cut, graceMs)
 		return true, 0
 	}
-	pttl := l.PTTL(server)
-
-	if _, queued := l.Deadlines[owner]; queued {
-		if l.Locked() {
-			secondInLine := len(l.Queue) > 1 && l.Queue[1] == owner
-			if graceMs > 0 && secondInLine && (pttl == NoExpiry || pttl > graceMs) {
-				return false, graceMs
-			}
-			return false, pttl
-		}
-		// Free, and owner is queued but could not take it: someone else is
-		// the head, and it is the head's turn to act.
-		_, deadline := l.clampHead(now, graceMs)
-		return false, max(1, deadline-now)
+	if _, queued := l.Deadlines[owner]; !queued {
+		l.join(server, now, owner, waitMs)
 	}
-
-	// Join at the tail. The reply is how long until this waiter can be
-	// expected at the head: the tail's remaining time, or the lease.
-	ttl := pttl
-	if n := len(l.Queue); n > 0 {
-		// A tail that is owner itself, or has no deadline, can only come
-		// from keys edited by hand; the script then falls back to the lease.
-		if tail := l.Queue[n-1]; tail != owner {
-			if d, ok := l.Deadlines[tail]; ok {
-				ttl = d - now
-			}
-		}
-	}
-	l.Deadlines[owner] = now + ttl + waitMs
-	l.Queue = append(l.Queue, owner)
-	return false, ttl
+	l.finish(server, owner, head0, second0, false, graceMs)
+	return false, l.reply(server, now, owner, graceMs)
 }
 
 // FairAcquireFailed is fair_acquire_failed.lua: owner gives up waiting and
 // leaves the queue. Everyone behind it moves up by its slot waitMs, which
 // must be the slot it queued with (else the deadlines behind it are shifted
 // wrongly, Redisson's hazard H3). Running it again, or for an owner that is
-// not queued, changes nothing.
-//
-// Not in Redisson: when the leaver was the head and the lock is free, the
-// new head is woken, since no release is coming that would wake it.
-func (l *Lock) FairAcquireFailed(server int64, owner string, waitMs int64) {
+// not queued, changes nothing. Not in Redisson: the waiters that move into
+// the first two places are woken, and a new head of a free lock gets its
+// grace.
+func (l *Lock) FairAcquireFailed(server int64, owner string, waitMs, graceMs int64) {
 	l.Advance(server)
-	at := slices.Index(l.Queue, owner)
-	if at >= 0 {
+	head0, second0 := l.front()
+	if at := slices.Index(l.Queue, owner); at >= 0 {
 		for _, w := range l.Queue[at+1:] {
 			l.Deadlines[w] -= waitMs
 		}
 	}
 	delete(l.Deadlines, owner)
 	l.Queue = slices.DeleteFunc(l.Queue, func(w string) bool { return w == owner })
-	if at == 0 && !l.Locked() && len(l.Queue) > 0 {
-		l.publish(l.names.WaiterChannel(l.Queue[0]))
-	}
+	l.finish(server, "", head0, second0, false, graceMs)
 }
 
-// FairUnlock is fair_unlock.lua: release one hold of owner, as Unlock does,
-// but a release wakes only the queue head, on its own channel, after giving
-// it its grace.
+// FairUnlock is fair_unlock.lua: release one hold of owner, as Unlock does.
+// A release publishes on the lock channel (waking reentrant waiters) and
+// wakes the head and the waiter behind it, after giving the head its grace.
 //
 // Not in Redisson (hazard H4): when the lock no longer exists at all
-// (expired, or forced), the reply is NotHeld, but the head is still given its
-// grace and woken: the lock is free and nobody else would tell it. That
-// reply is not latched.
+// (expired, or forced), the reply is NotHeld, but the lock is free and
+// nobody else would say so: it wakes as a release does. That reply is not
+// latched.
 func (l *Lock) FairUnlock(server, now int64, owner string, leaseMs int64, requestID string, latchMs, graceMs int64) UnlockResult {
 	l.Advance(server)
 	if r, ok := l.latched(requestID); ok {
 		return r
 	}
-	l.pruneStaleHeads(now)
-	if !l.Locked() {
-		l.handOver(now, graceMs)
-		return NotHeld
+	head0, second0 := l.front()
+	l.prune(server, now, owner)
+	result, freed := NotHeld, false
+	switch {
+	case !l.Locked():
+		freed = true
+	case l.Holds[owner] > 0:
+		pttl := l.PTTL(server)
+		if l.Holds[owner]--; l.Holds[owner] > 0 {
+			l.LeaseEnd = server + leaseMs
+			l.latch(requestID, StillHeld, server, latchMs)
+			result, freed = StillHeld, pttl == NoExpiry || leaseMs < pttl
+		} else {
+			clear(l.Holds)
+			l.latch(requestID, Released, server, latchMs)
+			result, freed = Released, true
+		}
 	}
-	if l.Holds[owner] == 0 {
-		return NotHeld
+	if result != StillHeld && freed {
+		l.publish(l.names.Channel)
 	}
-	if l.Holds[owner]--; l.Holds[owner] > 0 {
-		l.LeaseEnd = server + leaseMs
-		l.latch(requestID, StillHeld, server, latchMs)
-		return StillHeld
-	}
-	clear(l.Holds)
-	l.latch(requestID, Released, server, latchMs)
-	l.handOver(now, graceMs)
-	return Released
+	l.finish(server, "", head0, second0, freed, graceMs)
+	return result
 }
 
 // FairForceUnlock is fair_force_unlock.lua: delete the lock whoever holds
-// it; if there was one, hand it over to the head as a release does.
+// it; if there was one, wake as a release does.
 func (l *Lock) FairForceUnlock(server, now int64, graceMs int64) bool {
 	l.Advance(server)
-	l.pruneStaleHeads(now)
-	if !l.Locked() {
-		return false
-	}
+	head0, second0 := l.front()
+	l.prune(server, now, "")
+	deleted := l.Locked()
 	clear(l.Holds)
-	l.handOver(now, graceMs)
-	return true
+	if deleted {
+		l.publish(l.names.Channel)
+	}
+	l.finish(server, "", head0, second0, deleted, graceMs)
+	return deleted
 }
 
-// pruneStaleHeads removes dead heads: a head whose deadline is at or before
-// now, or that has no deadline (H1). Deadlines of the others stay.
-func (l *Lock) pruneStaleHeads(now int64) {
+// Grace reports the head grace at server time: the owner it is for and the
+// milliseconds it has left (0 or less: it ran out), or ok false when there
+// is none.
+func (l *Lock) Grace(server int64) (owner string, leftMs int64, ok bool) {
+	l.Advance(server)
+	if l.GraceOwner == "" {
+		return "", 0, false
+	}
+	return l.GraceOwner, l.GraceEnd - GraceMargin - server, true
+}
+
+// front returns the head and the waiter behind it ("" for none).
+func (l *Lock) front() (head, second string) {
+	if len(l.Queue) > 0 {
+		head = l.Queue[0]
+	}
+	if len(l.Queue) > 1 {
+		second = l.Queue[1]
+	}
+	return head, second
+}
+
+// prune removes dead heads, never caller: a head without a deadline (H1),
+// with a deadline at or before now, or, while the lock is free, whose grace
+// ran out. Deadlines of the others stay.
+func (l *Lock) prune(server, now int64, caller string) {
+	free := !l.Locked()
+	graced, left, hasGrace := l.Grace(server)
 	for len(l.Queue) > 0 {
 		head := l.Queue[0]
-		if d, ok := l.Deadlines[head]; ok && d > now {
+		if head == caller {
+			return
+		}
+		d, ok := l.Deadlines[head]
+		if ok && d > now && !(free && hasGrace && graced == head && left <= 0) {
 			return
 		}
 		delete(l.Deadlines, head)
@@ -192,18 +227,20 @@ func (l *Lock) pruneStaleHeads(now int64) {
 
 // takeOrReenter takes a free lock for owner if nobody is queued or owner is
 // the head, or re-enters a lock owner holds. A fresh take removes owner from
-// the queue and moves every remaining deadline earlier by owner's slot.
-func (l *Lock) takeOrReenter(server int64, owner string, leaseMs, waitMs int64) bool {
+// the queue and moves every remaining deadline earlier by owner's slot. cut
+// reports a re-entry that shortened the lease.
+func (l *Lock) takeOrReenter(server int64, owner string, leaseMs, waitMs int64) (held, cut bool) {
 	if l.Locked() {
 		if l.Holds[owner] == 0 {
-			return false
+			return false, false
 		}
+		pttl := l.PTTL(server)
 		l.Holds[owner]++
 		l.LeaseEnd = server + leaseMs
-		return true
+		return true, pttl == NoExpiry || leaseMs < pttl
 	}
 	if len(l.Queue) > 0 && l.Queue[0] != owner {
-		return false
+		return false, false
 	}
 	if len(l.Queue) > 0 {
 		l.Queue = l.Queue[1:]
@@ -214,29 +251,72 @@ func (l *Lock) takeOrReenter(server int64, owner string, leaseMs, waitMs int64) 
 	}
 	l.Holds[owner] = 1
 	l.LeaseEnd = server + leaseMs
-	return true
+	return true, false
 }
 
-// clampHead gives the head its grace: its deadline becomes now + grace if
-// that is earlier. It returns the head and its deadline; the caller has
-// pruned, so the head has a deadline.
-func (l *Lock) clampHead(now, graceMs int64) (head string, deadline int64) {
-	if len(l.Queue) == 0 {
-		return "", 0
+// join appends owner at the tail. Its deadline is one slot after the tail's,
+// or now + the remaining lease + slot when nobody with a deadline is ahead
+// (a tail that is owner itself, or has no deadline, can only come from keys
+// edited by hand).
+func (l *Lock) join(server, now int64, owner string, waitMs int64) {
+	ttl := l.PTTL(server)
+	if n := len(l.Queue); n > 0 {
+		if tail := l.Queue[n-1]; tail != owner {
+			if d, ok := l.Deadlines[tail]; ok {
+				ttl = d - now
+			}
+		}
 	}
-	head = l.Queue[0]
-	deadline = l.Deadlines[head]
-	if graceMs > 0 && deadline > now+graceMs {
-		deadline = now + graceMs
-		l.Deadlines[head] = deadline
-	}
-	return head, deadline
+	l.Deadlines[owner] = now + ttl + waitMs
+	l.Queue = append(l.Queue, owner)
 }
 
-// handOver runs when the lock has just become free: the head gets its grace
-// and is woken on its own channel. Nobody else is woken.
-func (l *Lock) handOver(now, graceMs int64) {
-	if head, _ := l.clampHead(now, graceMs); head != "" {
+// finish ends every fair script: the grace is dropped unless the lock is
+// free and it is the head's, a head of a free lock without one gets one
+// (graceMs > 0), and the waiters that must act are woken: a waiter that
+// moved into the first or second place (head0, second0: the front when the
+// script started), and the first two when freed (the lock became free, or
+// its lease was cut short) or when the head's grace starts. Never caller:
+// the FairTryLockWait caller, told how long to sleep by its reply ("" for
+// the other scripts).
+func (l *Lock) finish(server int64, caller, head0, second0 string, freed bool, graceMs int64) {
+	head, second := l.front()
+	free := !l.Locked()
+	if l.GraceOwner != "" && (!free || l.GraceOwner != head) {
+		l.GraceOwner = ""
+	}
+	started := false
+	if free && head != "" && l.GraceOwner == "" && graceMs > 0 {
+		l.GraceOwner, l.GraceEnd = head, server+graceMs+GraceMargin
+		started = true
+	}
+	if head != "" && head != caller && (freed || started || head != head0) {
 		l.publish(l.names.WaiterChannel(head))
 	}
+	if second != "" && second != caller && (freed || started || second != second0) {
+		l.publish(l.names.WaiterChannel(second))
+	}
+}
+
+// reply is a queued owner's sleep bound (see FairTryLockWait).
+func (l *Lock) reply(server, now int64, owner string, graceMs int64) int64 {
+	pttl := l.PTTL(server)
+	head, second := l.front()
+	if pttl != NoLock {
+		if graceMs > 0 && second == owner && (pttl == NoExpiry || pttl > graceMs) {
+			return graceMs
+		}
+		return pttl
+	}
+	if head == "" || head == owner {
+		return 1
+	}
+	wait := int64(0)
+	if d, ok := l.Deadlines[head]; ok {
+		wait = d - now
+	}
+	if graced, left, ok := l.Grace(server); ok && graced == head && left < wait {
+		wait = left
+	}
+	return max(1, wait)
 }

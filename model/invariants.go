@@ -13,7 +13,8 @@ import (
 //   - at most one owner is in the hash;
 //   - every hold count is at least 1;
 //   - the queue and the deadlines name the same waiters, and nobody is
-//     queued twice.
+//     queued twice;
+//   - a head grace exists only for the head of a free lock.
 //
 // It returns nil or an error listing every violation.
 func (l *Lock) CheckInvariants() error {
@@ -40,6 +41,10 @@ func (l *Lock) CheckInvariants() error {
 		if !seen[w] {
 			errs = append(errs, fmt.Errorf("waiter %s has a deadline but is not queued", w))
 		}
+	}
+	if l.GraceOwner != "" && (l.Locked() || len(l.Queue) == 0 || l.Queue[0] != l.GraceOwner) {
+		errs = append(errs, fmt.Errorf("the head grace names %s, but the lock is not free with %s at the head (%v, queue %v)",
+			l.GraceOwner, l.GraceOwner, l.Holds, l.Queue))
 	}
 	return errors.Join(errs...)
 }
@@ -68,51 +73,102 @@ const (
 type Step struct {
 	Op       Op
 	Owner    string // the caller, for operations that have one
+	Server   int64  // the server clock when the step ran, ms
 	Now      int64  // the caller's clock (fair operations)
 	WaitMs   int64  // the caller's slot (fair operations)
+	GraceMs  int64  // the caller's head grace (fair operations)
 	Acquired bool   // the reply said the caller holds the lock now
+	Reply    int64  // fairTryLockWait, not acquired: the sleep it was told (ms; -1: until woken)
 
 	Before, After *Lock
 	Published     []Message // published during this step, in order
 }
 
 // History checks the properties that span steps, over a sequence of Steps
-// of one lock fed to Observe in order:
+// of one lock fed to Observe in order. They are stated from the outside (the
+// states, the replies and the messages), not from the scripts' code:
 //
-//   - only the queue head is ever notified: a fair operation publishes at
-//     most one message, on the channel of the waiter at the head of the
-//     queue after the step, never on the lock channel;
+//   - wake-ups reach only the front of the queue: a fair operation publishes
+//     on the waiter channels of the head and the second after the step, at
+//     most once each, never the tryLockWait caller's (its reply bounds its
+//     sleep); on the lock channel only when it releases the lock;
+//   - and they reach whoever must act: a waiter that moved into the first
+//     or second place is woken, the first two and the lock channel when a
+//     fair script frees the lock, the first two when it cuts the lease
+//     short or starts the head's grace;
 //   - no waiter acquires while an earlier live waiter is queued: when the
 //     lock is freshly taken, every waiter that was queued ahead of the
-//     taker (all of them, when the taker was not queued) had a deadline at
-//     or before the taker's now, and is gone;
+//     taker had a deadline at or before the taker's now, or was the head of
+//     a free lock whose grace had run out, and is gone;
+//   - a caller is never pruned by its own call;
 //   - grants follow enqueue order: the queue is only ever appended to at
 //     the tail and removed from (never reordered), and a waiter granted the
 //     lock is the earliest-enqueued of those still queued once the dead
 //     heads are pruned;
+//   - deadlines change only by Redisson's rules (Java clients compute from
+//     them): a take lowers every remaining one by the taker's slot, a
+//     give-up lowers the ones behind the leaver by its slot, nothing else
+//     moves one;
 //   - deadlines are non-decreasing from head to tail, as long as every
 //     waiter that gave up did so with the slot it queued with (a waiter
 //     that leaves with another slot shifts the ones behind it by the wrong
-//     amount; the check is suspended until the queue next empties).
+//     amount; the check is suspended until the queue next empties);
+//   - replies never send a waiter to sleep past the next event that can
+//     change its place or free the lock: the lease of a held lock, the
+//     grace for the waiter behind the head, the head's deadline and grace
+//     when the lock is free; and never 0 (no busy polling);
+//   - liveness: every queued waiter has an alarm, the latest time it will
+//     call again (its last reply, or a wake-up since). The head of a free
+//     lock is always due (its alarm has come), and the waiter behind it is
+//     due by the end of the head's grace. A change made outside the fair
+//     scripts (a plain forceUnlock, a renewal, PERSIST) may leave a waiter
+//     sleeping on what it was told before; its alarm counts again once it
+//     has called or been woken since.
 //
 // The zero value is ready to use.
 type History struct {
+	// Slack is how much a value that comes from the server's clock (a
+	// PTTL, a lease end, a grace end) may lag in the observed states: 0
+	// means exact.
+	Slack int64
+
 	tickets    map[string]int64 // queued waiter -> enqueue sequence number
 	next       int64
 	slots      map[string]int64 // queued waiter -> the slot it queued with
 	slotsBroke bool
+	alarms     map[string]alarm // queued waiter -> when it calls again at the latest
+	steps      int64            // steps observed
+	foreign    int64            // the last step that changed the lock outside the fair scripts (0: none)
+}
+
+type alarm struct {
+	at    int64 // server clock
+	never bool  // told to wait for a wake-up only (a lock without expiry)
+	step  int64 // the step that set it
 }
 
 // SlotsKept reports whether the deadline-order check is in force: no waiter
 // now queued was shifted by a give-up with a slot other than the leaver's.
 func (h *History) SlotsKept() bool { return !h.slotsBroke }
 
+func front(q []string) (head, second string) {
+	if len(q) > 0 {
+		head = q[0]
+	}
+	if len(q) > 1 {
+		second = q[1]
+	}
+	return head, second
+}
+
 // Observe checks one step against the history so far and records it.
 func (h *History) Observe(s Step) error {
 	if h.tickets == nil {
 		h.tickets = map[string]int64{}
 		h.slots = map[string]int64{}
+		h.alarms = map[string]alarm{}
 	}
+	h.steps++
 	var errs []error
 	add := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{s.Op}, args...)...))
@@ -120,8 +176,12 @@ func (h *History) Observe(s Step) error {
 	before, after := s.Before, s.After
 	names := after.Names()
 	fair := strings.HasPrefix(string(s.Op), "fair")
+	release := s.Op == OpFairUnlock || s.Op == OpFairForceUnlock
+	headB, secondB := front(before.Queue)
+	headA, secondA := front(after.Queue)
 
-	// Notifications.
+	// Notifications: who may be woken.
+	woken := map[string]bool{}
 	for _, m := range s.Published {
 		switch {
 		case m.Payload != UnlockMessage:
@@ -134,12 +194,52 @@ func (h *History) Observe(s Step) error {
 			if m.Channel != names.Channel && (len(after.Queue) == 0 || m.Channel != names.WaiterChannel(after.Queue[0])) {
 				add("published on %s, not the lock channel %s nor the fair head's", m.Channel, names.Channel)
 			}
-		case len(after.Queue) == 0 || m.Channel != names.WaiterChannel(after.Queue[0]):
-			add("notified %s, but the head is %v", m.Channel, headOf(after.Queue))
+		case m.Channel == names.Channel:
+			if !release || after.Locked() {
+				add("published on the lock channel without releasing the lock")
+			}
+		default:
+			w := strings.TrimPrefix(m.Channel, names.Channel+":")
+			switch {
+			case w == s.Owner && s.Op == OpFairTryLockWait:
+				add("woke the caller %s, which its reply tells how long to sleep", w)
+			case w != headA && w != secondA:
+				add("woke %s, but the front of the queue is %v", w, after.Queue[:min(2, len(after.Queue))])
+			}
 		}
+		if woken[m.Channel] {
+			add("published twice on %s", m.Channel)
+		}
+		woken[m.Channel] = true
 	}
-	if limit := 1 + boolInt(!fair && len(after.Queue) > 0); len(s.Published) > limit {
-		add("published %d messages, more than %d", len(s.Published), limit)
+
+	// Notifications: who must be woken.
+	if fair {
+		freed := release && before.Locked() && !after.Locked()
+		cut := before.Locked() && after.Locked() && after.LeaseEnd != NoExpiry &&
+			(before.LeaseEnd == NoExpiry || after.LeaseEnd < before.LeaseEnd-h.Slack)
+		graceStarted := after.GraceOwner != "" &&
+			(before.GraceOwner != after.GraceOwner || after.GraceEnd > before.GraceEnd+h.Slack)
+		if freed && !woken[names.Channel] {
+			add("released the lock without publishing on the lock channel")
+		}
+		for i, w := range []string{headA, secondA} {
+			if w == "" || w == s.Owner && s.Op == OpFairTryLockWait || woken[names.WaiterChannel(w)] {
+				continue
+			}
+			switch {
+			case i == 0 && w != headB:
+				add("%s became the head and was not woken", w)
+			case i == 1 && w != secondB:
+				add("%s moved behind the head and was not woken", w)
+			case freed:
+				add("the lock was released and %s (place %d) was not woken", w, i+1)
+			case cut:
+				add("the lease was cut short and %s (place %d) was not woken", w, i+1)
+			case graceStarted:
+				add("the head's grace started and %s (place %d) was not woken", w, i+1)
+			}
+		}
 	}
 
 	fresh := s.Acquired && before.Holds[s.Owner] == 0
@@ -149,8 +249,11 @@ func (h *History) Observe(s Step) error {
 		if i := slices.Index(before.Queue, s.Owner); i >= 0 {
 			ahead = before.Queue[:i]
 		}
-		for _, w := range ahead {
-			if d, ok := before.Deadlines[w]; ok && d > s.Now {
+		for i, w := range ahead {
+			d, ok := before.Deadlines[w]
+			graceOver := i == 0 && !before.Locked() && before.GraceOwner == w &&
+				before.GraceEnd-GraceMargin <= s.Server+h.Slack
+			if ok && d > s.Now && !graceOver {
 				add("%s took the lock past live waiter %s (deadline %d > now %d)", s.Owner, w, d, s.Now)
 			}
 			if slices.Contains(after.Queue, w) {
@@ -163,6 +266,10 @@ func (h *History) Observe(s Step) error {
 	// tail. A caller that was pruned in the same step and queued again is
 	// told apart from one that stayed queued by its new deadline.
 	requeued := Requeued(s)
+	wasQueued := slices.Contains(before.Queue, s.Owner) && s.Owner != ""
+	if wasQueued && fair && (requeued || !slices.Contains(after.Queue, s.Owner) && !fresh && s.Op != OpFairAcquireFailed) {
+		add("the caller %s was pruned by its own call", s.Owner)
+	}
 	var kept, removed []string
 	for _, w := range before.Queue {
 		if slices.Contains(after.Queue, w) && !(requeued && w == s.Owner) {
@@ -177,6 +284,29 @@ func (h *History) Observe(s Step) error {
 	}
 	if !slices.Equal(after.Queue, wantQueue) {
 		add("queue %v -> %v is not removals and an append of the caller at the tail", before.Queue, after.Queue)
+	}
+
+	// Deadlines move only by Redisson's rules.
+	leaver := -1
+	if s.Op == OpFairAcquireFailed {
+		leaver = slices.Index(before.Queue, s.Owner)
+	}
+	for i, w := range before.Queue {
+		d0, ok0 := before.Deadlines[w]
+		d1, ok1 := after.Deadlines[w]
+		if !ok0 || !ok1 || slices.Contains(removed, w) {
+			continue
+		}
+		want := int64(0)
+		switch {
+		case fresh && fair:
+			want = -s.WaitMs
+		case leaver >= 0 && i > leaver:
+			want = -s.WaitMs
+		}
+		if d1-d0 != want {
+			add("the deadline of %s moved by %d (Redisson's rules: %d)", w, d1-d0, want)
+		}
 	}
 
 	// Removals: the acquirer is granted, the leaver gave up, the others
@@ -224,7 +354,102 @@ func (h *History) Observe(s Step) error {
 			prev = w
 		}
 	}
+
+	// The reply: a sleep bounded by the next event, never a busy poll.
+	queuedAfter := slices.Contains(after.Queue, s.Owner)
+	if s.Op == OpFairTryLockWait && !s.Acquired && queuedAfter {
+		h.checkReply(s, add)
+	}
+
+	// Liveness: alarms.
+	for w := range h.alarms {
+		if !slices.Contains(after.Queue, w) {
+			delete(h.alarms, w)
+		}
+	}
+	for _, m := range s.Published {
+		if w := strings.TrimPrefix(m.Channel, names.Channel+":"); w != m.Channel && slices.Contains(after.Queue, w) {
+			h.alarms[w] = alarm{at: s.Server, step: h.steps}
+		}
+	}
+	if s.Op == OpFairTryLockWait && !s.Acquired && queuedAfter {
+		h.alarms[s.Owner] = alarm{at: s.Server + s.Reply, never: s.Reply < 0, step: h.steps}
+	}
+	leaseChanged := before.Locked() && after.Locked() && (before.LeaseEnd == NoExpiry) != (after.LeaseEnd == NoExpiry)
+	if !fair && (s.Op != OpTime || leaseChanged) {
+		h.foreign = h.steps
+	}
+	h.checkAlarms(s, add)
 	return errors.Join(errs...)
+}
+
+func (h *History) checkReply(s Step, add func(string, ...any)) {
+	after, r := s.After, s.Reply
+	_, second := front(after.Queue)
+	if r == 0 {
+		add("replied 0 to %s: a busy poll", s.Owner)
+		return
+	}
+	if after.Locked() {
+		switch {
+		case after.LeaseEnd == NoExpiry:
+			if r < 0 && s.GraceMs > 0 && second == s.Owner {
+				add("the waiter %s behind the head was told to wait for a wake-up only (grace %d)", s.Owner, s.GraceMs)
+			}
+		case r < 0:
+			add("%s was told to wait for a wake-up only, the lease ends in %d", s.Owner, after.LeaseEnd-s.Server)
+		case r > after.LeaseEnd-s.Server+h.Slack:
+			add("%s was told to sleep %d, past the end of the lease in %d", s.Owner, r, after.LeaseEnd-s.Server)
+		}
+		if s.GraceMs > 0 && second == s.Owner && r > s.GraceMs {
+			add("the waiter %s behind the head was told to sleep %d, more than its grace %d", s.Owner, r, s.GraceMs)
+		}
+		return
+	}
+	head := after.Queue[0]
+	if head == s.Owner {
+		add("%s is the head of a free lock and did not take it", s.Owner)
+		return
+	}
+	if r < 1 {
+		add("%s was told %d on a free lock", s.Owner, r)
+	}
+	if d, ok := after.Deadlines[head]; ok && r > max(1, d-s.Now) {
+		add("%s was told to sleep %d, past the head's deadline in %d", s.Owner, r, d-s.Now)
+	}
+	if after.GraceOwner == head {
+		if left := after.GraceEnd - GraceMargin - s.Server; r > max(1, left+h.Slack) {
+			add("%s was told to sleep %d, past the end of the head's grace in %d", s.Owner, r, left)
+		}
+	}
+}
+
+// checkAlarms: the head of a free lock is due, and the waiter behind it is
+// due by the end of the head's grace.
+func (h *History) checkAlarms(s Step, add func(string, ...any)) {
+	after := s.After
+	if after.Locked() || len(after.Queue) == 0 {
+		return
+	}
+	due := func(w string, by int64, why string) {
+		a, ok := h.alarms[w]
+		if !ok || a.step < h.foreign {
+			return
+		}
+		if a.never || a.at > by+h.Slack {
+			until := "a wake-up"
+			if !a.never {
+				until = fmt.Sprint(a.at)
+			}
+			add("%s sleeps until %s, but %s at %d (now %d)", w, until, why, by, s.Server)
+		}
+	}
+	head := after.Queue[0]
+	due(head, s.Server, "it is the head of a free lock")
+	if len(after.Queue) > 1 && after.GraceOwner == head {
+		end := after.GraceEnd - GraceMargin
+		due(after.Queue[1], max(end, s.Server), "the grace of the head "+head+" ends")
+	}
 }
 
 // Requeued reports whether the step's caller joined the queue at its tail
@@ -246,11 +471,4 @@ func headOf(q []string) string {
 		return "(empty queue)"
 	}
 	return q[0]
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -111,6 +111,13 @@ type Lock struct {
 	// a missing member at 0 before adding.
 	Deadlines map[string]int64
 
+	// GraceOwner and GraceEnd are the fair lock's head grace key (not in
+	// Redisson): the owner id it names ("" when the key does not exist) and
+	// when the key expires, on the server clock in ms. The grace itself ends
+	// GraceMargin earlier. See fair.go.
+	GraceOwner string
+	GraceEnd   int64
+
 	// Latches are the unlock latches by request id.
 	Latches map[string]Latch
 
@@ -157,11 +164,15 @@ func (l *Lock) Holder() string {
 }
 
 // Advance expires what has expired by server time server: the lock when its
-// lease has ended, and latches past their lifetime. Redis does this lazily
-// on access; every method calls it first, so callers need not.
+// lease has ended, the head grace key, and latches past their lifetime.
+// Redis does this lazily on access; every method calls it first, so callers
+// need not.
 func (l *Lock) Advance(server int64) {
 	if l.Locked() && l.LeaseEnd != NoExpiry && l.LeaseEnd <= server {
 		clear(l.Holds)
+	}
+	if l.GraceOwner != "" && l.GraceEnd <= server {
+		l.GraceOwner = ""
 	}
 	for id, la := range l.Latches {
 		if la.ExpiresAt <= server {
@@ -188,6 +199,9 @@ func (l *Lock) publish(channel string) {
 }
 
 func (l *Lock) latch(requestID string, r UnlockResult, server, latchMs int64) {
+	if latchMs <= 0 {
+		return // fair unlock: no latch lifetime, no latch (unlock.lua requires one)
+	}
 	l.Latches[requestID] = Latch{Result: r, ExpiresAt: server + latchMs}
 }
 
@@ -302,6 +316,9 @@ func (l *Lock) String() string {
 		}
 	}
 	b.WriteByte(']')
+	if l.GraceOwner != "" {
+		fmt.Fprintf(&b, " grace=%s@%d", l.GraceOwner, l.GraceEnd-GraceMargin)
+	}
 	for w, d := range l.Deadlines {
 		if !slices.Contains(l.Queue, w) {
 			fmt.Fprintf(&b, " unqueued:%s@%d", w, d)

@@ -10,40 +10,48 @@ import (
 const t0 int64 = 1_700_000_000_000 // a client clock reading, Unix ms
 
 // The verified numbers of the reference, §5.4: a holder with a 30 s lease,
-// waiters joining with a 5 s slot.
+// waiters joining with a 5 s slot. The deadlines are Redisson's; the replies
+// are ours (Redisson tells a new waiter the tail's time left: 30000, 35000,
+// 40000, 45000; here every waiter is told to sleep until the lease ends).
 func TestFairVerifiedNumbers(t *testing.T) {
 	l := New("seats")
 	ok, _ := l.FairTryLockWait(0, t0, "h", 30000, 5000, 0)
 	require.True(t, ok)
 
-	// 1. Successive joins are told 30000, 35000, 40000, 45000.
-	for i, w := range []string{"w1", "w2", "w3", "w4"} {
+	// 1. Successive joins: deadlines one slot apart.
+	for _, w := range []string{"w1", "w2", "w3", "w4"} {
 		ok, ttl := l.FairTryLockWait(0, t0, w, 30000, 5000, 0)
 		require.False(t, ok)
-		assert.Equal(t, int64(30000+5000*i), ttl, w)
+		assert.Equal(t, int64(30000), ttl, w)
 	}
 	assert.Equal(t, []string{"w1", "w2", "w3", "w4"}, l.Queue)
 	assert.Equal(t, map[string]int64{"w1": t0 + 35000, "w2": t0 + 40000, "w3": t0 + 45000, "w4": t0 + 50000}, l.Deadlines)
+	assert.Empty(t, l.Published)
 
-	// 2. The second waiter gives up: those behind it move up by its slot, and
-	// the others' retries are told the lease, 30000.
-	l.FairAcquireFailed(0, "w2", 5000)
+	// 2. The second waiter gives up: those behind it move up by its slot,
+	// and the others' retries are told the lease, 30000. w3, now behind the
+	// head, is woken.
+	l.FairAcquireFailed(0, "w2", 5000, 0)
 	assert.Equal(t, map[string]int64{"w1": t0 + 35000, "w3": t0 + 40000, "w4": t0 + 45000}, l.Deadlines)
 	for _, w := range []string{"w1", "w3", "w4"} {
 		ok, ttl := l.FairTryLockWait(0, t0, w, 30000, 5000, 0)
 		require.False(t, ok)
 		assert.Equal(t, int64(30000), ttl, w)
 	}
-	assert.Empty(t, l.Published, "nobody is woken while the lock is held")
+	assert.Equal(t, []Message{{"redisson_lock__channel:{seats}:w3", "0"}}, l.Published)
 
-	// 3. The holder unlocks, which wakes the head only; the head acquires and
-	// the remaining deadlines drop by its slot.
+	// 3. The holder unlocks, which wakes the lock channel, the head and the
+	// waiter behind it; the head acquires, the remaining deadlines drop by
+	// its slot, and the new head and second are woken.
+	l.Published = nil
 	assert.Equal(t, Released, l.FairUnlock(1000, t0+1000, "h", 30000, "r1", 20000, 0))
-	assert.Equal(t, []Message{{"redisson_lock__channel:{seats}:w1", "0"}}, l.Published)
+	assert.Equal(t, []Message{{"redisson_lock__channel:{seats}", "0"},
+		{"redisson_lock__channel:{seats}:w1", "0"}, {"redisson_lock__channel:{seats}:w3", "0"}}, l.Published)
 	ok, _ = l.FairTryLockWait(1000, t0+1000, "w1", 30000, 5000, 0)
 	require.True(t, ok)
 	assert.Equal(t, []string{"w3", "w4"}, l.Queue)
 	assert.Equal(t, map[string]int64{"w3": t0 + 35000, "w4": t0 + 40000}, l.Deadlines)
+	assert.Equal(t, []Message{{"redisson_lock__channel:{seats}:w3", "0"}, {"redisson_lock__channel:{seats}:w4", "0"}}, l.Published[3:])
 	require.NoError(t, l.CheckInvariants())
 }
 
@@ -72,13 +80,39 @@ func TestFairPruneDeadHeadsOnly(t *testing.T) {
 	l.FairTryLockWait(0, t0, "w2", 10000, 1000, 0) // t0+16000
 	l.FairTryLockWait(0, t0, "w3", 10000, 5000, 0) // t0+21000
 	// At t0+16000 the first two are dead; nobody else's deadline moves.
-	ok := l.FairTryLock(0, t0+16000, "x", 10000, 5000)
+	ok := l.FairTryLock(0, t0+16000, "x", 10000, 5000, 0)
 	assert.False(t, ok)
 	assert.Equal(t, []string{"w3"}, l.Queue)
 	assert.Equal(t, map[string]int64{"w3": t0 + 21000}, l.Deadlines)
 	// A deadline exactly at now is dead.
-	l.FairTryLock(0, t0+21000, "x", 10000, 5000)
+	l.FairTryLock(0, t0+21000, "x", 10000, 5000, 0)
 	assert.Empty(t, l.Queue)
+}
+
+// Not in Redisson: a caller is alive by definition and is never pruned by
+// its own call. A head whose deadline passed takes a free lock (Redisson
+// prunes it and queues it again at the tail); a waiter further back whose
+// deadline passed stays in its place.
+func TestFairNeverPrunesTheCaller(t *testing.T) {
+	l := New("x")
+	l.FairTryLockWait(0, t0, "h", 10000, 5000, 0)
+	l.FairTryLockWait(0, t0, "w1", 10000, 5000, 0) // t0+15000
+	l.FairTryLockWait(0, t0, "w2", 10000, 5000, 0) // t0+20000
+	l.FairTryLockWait(0, t0, "w3", 10000, 5000, 0) // t0+25000
+
+	// w2's clock runs 30 s ahead: every deadline has passed for it. It
+	// prunes w1 but not itself, and stays queued with its deadline.
+	ok, _ := l.FairTryLockWait(0, t0+30000, "w2", 10000, 5000, 0)
+	assert.False(t, ok)
+	assert.Equal(t, []string{"w2", "w3"}, l.Queue)
+	assert.Equal(t, t0+20000, l.Deadlines["w2"])
+
+	// The lock becomes free; w2, the head, takes it although its deadline
+	// has passed by its own clock.
+	l.ForceUnlock(0)
+	ok, _ = l.FairTryLockWait(0, t0+30000, "w2", 10000, 5000, 0)
+	assert.True(t, ok)
+	assert.Equal(t, []string{"w3"}, l.Queue)
 }
 
 // H1: a head with no deadline (keys edited by hand) is pruned, not obeyed.
@@ -96,8 +130,10 @@ func TestFairHeadWithoutDeadlineIsPruned(t *testing.T) {
 	require.NoError(t, l.CheckInvariants())
 }
 
-// H2 and the head grace: a queued waiter polling a free lock gives the head
-// its grace and waits until the head's deadline, never 0.
+// H2 and the head grace: a queued waiter polling a free lock starts the
+// head's grace (on the server's clock, in its own key: the deadlines never
+// move) and sleeps until the head's deadline or the end of its grace, never
+// 0.
 func TestFairQueuedWaiterOnFreeLock(t *testing.T) {
 	l := New("x")
 	l.FairTryLockWait(0, t0, "h", 10000, 5000, 0)
@@ -108,16 +144,49 @@ func TestFairQueuedWaiterOnFreeLock(t *testing.T) {
 
 	_, ttl := l.FairTryLockWait(10000, t0+10000, "w2", 10000, 5000, 0)
 	assert.Equal(t, int64(5000), ttl, "without grace: until the head's deadline")
-	_, ttl = l.FairTryLockWait(10000, t0+10000, "w2", 10000, 5000, 1000)
-	assert.Equal(t, int64(1000), ttl, "with grace: the head's deadline is lowered first")
-	assert.Equal(t, t0+11000, l.Deadlines["w1"])
-	_, ttl = l.FairTryLockWait(10000, t0+10999, "w2", 10000, 5000, 1000)
-	assert.Equal(t, int64(1), ttl, "at least 1, never Redisson's busy-poll 0")
 	assert.Empty(t, l.Published)
+	_, ttl = l.FairTryLockWait(10000, t0+10000, "w2", 10000, 5000, 1000)
+	assert.Equal(t, int64(1000), ttl, "with grace: until the grace ends")
+	assert.Equal(t, map[string]int64{"w1": t0 + 15000, "w2": t0 + 20000}, l.Deadlines, "the deadlines never move")
+	owner, left, ok := l.Grace(10000)
+	assert.True(t, ok)
+	assert.Equal(t, "w1", owner)
+	assert.Equal(t, int64(1000), left)
+	assert.Equal(t, []Message{{"redisson_lock__channel:{x}:w1", "0"}}, l.Published, "the head is told its grace started")
+	_, ttl = l.FairTryLockWait(10999, t0+10000, "w2", 10000, 5000, 1000)
+	assert.Equal(t, int64(1), ttl, "at least 1, never Redisson's busy-poll 0")
+
+	// The grace runs out: w2 prunes w1 and takes the lock, whatever its
+	// client clock says.
+	ok, _ = l.FairTryLockWait(11000, t0, "w2", 10000, 5000, 1000)
+	assert.True(t, ok)
+	assert.Empty(t, l.Queue)
+	assert.Empty(t, l.GraceOwner, "the grace goes with its head")
+}
+
+// Case 1 of the liveness issue, at the script level: 101 holds with a short
+// lease, 102 and 103 are queued. After the lease ends 103 polls first and is
+// told to sleep until the head's grace ends; 102 then takes the lock: 103 is
+// woken (it must learn the new lease, not sleep the grace out).
+func TestFairTakeWakesTheNewHead(t *testing.T) {
+	for _, grace := range []int64{0, 5000} {
+		l := New("x")
+		l.FairTryLockWait(0, t0, "101", 300, 10000, grace)
+		l.FairTryLockWait(100, t0+100, "102", 1000, 10000, grace)
+		l.FairTryLockWait(200, t0+200, "103", 1000, 10000, grace)
+		l.Published = nil
+		_, ttl := l.FairTryLockWait(300, t0+300, "103", 1000, 10000, grace)
+		assert.LessOrEqual(t, ttl, max(grace, 10000))
+		ok, _ := l.FairTryLockWait(300, t0+300, "102", 1000, 10000, grace)
+		require.True(t, ok)
+		assert.Contains(t, l.Published, Message{"redisson_lock__channel:{x}:103", "0"}, "grace %d", grace)
+		_, ttl = l.FairTryLockWait(300, t0+300, "103", 1000, 10000, grace)
+		assert.Equal(t, int64(1000), ttl, "the new hold's lease")
+	}
 }
 
 // H4: unlocking a lock that is gone replies NotHeld, unlatched, and still
-// hands over to the head.
+// wakes as a release does, after starting the head's grace.
 func TestFairUnlockOfVanishedLock(t *testing.T) {
 	l := New("x")
 	l.FairTryLockWait(0, t0, "h", 10000, 5000, 0)
@@ -125,8 +194,11 @@ func TestFairUnlockOfVanishedLock(t *testing.T) {
 	l.Advance(10000)
 	assert.Equal(t, NotHeld, l.FairUnlock(10000, t0+10000, "h", 10000, "r", 20000, 3000))
 	assert.Empty(t, l.Latches)
-	assert.Equal(t, t0+13000, l.Deadlines["w1"])
-	assert.Equal(t, []Message{{"redisson_lock__channel:{x}:w1", "0"}}, l.Published)
+	assert.Equal(t, t0+15000, l.Deadlines["w1"])
+	owner, left, _ := l.Grace(10000)
+	assert.Equal(t, "w1", owner)
+	assert.Equal(t, int64(3000), left)
+	assert.Equal(t, []Message{{"redisson_lock__channel:{x}", "0"}, {"redisson_lock__channel:{x}:w1", "0"}}, l.Published)
 }
 
 func TestFairAcquireFailed(t *testing.T) {
@@ -136,18 +208,20 @@ func TestFairAcquireFailed(t *testing.T) {
 	l.FairTryLockWait(0, t0, "w2", 10000, 3000, 0) // t0+18000
 	l.FairTryLockWait(0, t0, "w3", 10000, 4000, 0) // t0+22000
 
-	l.FairAcquireFailed(0, "w2", 3000)
+	l.FairAcquireFailed(0, "w2", 3000, 0)
 	assert.Equal(t, map[string]int64{"w1": t0 + 15000, "w3": t0 + 19000}, l.Deadlines)
-	assert.Empty(t, l.Published, "the lock is held: no message")
-	l.FairAcquireFailed(0, "w2", 3000) // idempotent
-	l.FairAcquireFailed(0, "nobody", 3000)
+	assert.Equal(t, []Message{{"redisson_lock__channel:{x}:w3", "0"}}, l.Published, "w3 moved behind the head")
+	l.FairAcquireFailed(0, "w2", 3000, 0) // idempotent
+	l.FairAcquireFailed(0, "nobody", 3000, 0)
 	assert.Equal(t, map[string]int64{"w1": t0 + 15000, "w3": t0 + 19000}, l.Deadlines)
+	assert.Len(t, l.Published, 1)
 
 	// The head leaves while the lock is free: the new head is woken.
 	l.ForceUnlock(0)
-	l.FairAcquireFailed(0, "w1", 5000)
+	l.FairAcquireFailed(0, "w1", 5000, 0)
 	assert.Equal(t, map[string]int64{"w3": t0 + 14000}, l.Deadlines)
 	assert.Equal(t, []Message{
+		{"redisson_lock__channel:{x}:w3", "0"},
 		{"redisson_lock__channel:{x}", "0"},    // the reentrant forceUnlock above,
 		{"redisson_lock__channel:{x}:w1", "0"}, // which also wakes the fair head
 		{"redisson_lock__channel:{x}:w3", "0"},
@@ -161,12 +235,12 @@ func TestFairFreeLockBelongsToTheHead(t *testing.T) {
 	l.FairTryLockWait(0, t0, "h", 10000, 5000, 0)
 	l.FairTryLockWait(0, t0, "w1", 10000, 5000, 0)
 	assert.True(t, l.FairForceUnlock(0, t0, 0))
-	assert.False(t, l.FairTryLock(0, t0, "n", 10000, 5000))
+	assert.False(t, l.FairTryLock(0, t0, "n", 10000, 5000, 0))
 	ok, ttl := l.FairTryLockWait(0, t0, "n", 10000, 5000, 0)
 	assert.False(t, ok)
 	assert.Equal(t, int64(15000), ttl)
 	assert.Equal(t, []string{"w1", "n"}, l.Queue)
-	assert.True(t, l.FairTryLock(0, t0, "w1", 10000, 5000))
+	assert.True(t, l.FairTryLock(0, t0, "w1", 10000, 5000, 0))
 	assert.Equal(t, map[string]int64{"n": t0 + 15000}, l.Deadlines)
 }
 
@@ -203,14 +277,15 @@ func TestHistoryCatchesViolations(t *testing.T) {
 	var h History
 	join := func(owner string) {
 		before := l.Clone()
-		ok, _ := l.FairTryLockWait(0, t0, owner, 10000, 5000, 0)
-		require.NoError(t, h.Observe(Step{Op: OpFairTryLockWait, Owner: owner, Now: t0, WaitMs: 5000, Acquired: ok, Before: before, After: l.Clone()}))
+		ok, ttl := l.FairTryLockWait(0, t0, owner, 10000, 5000, 0)
+		require.NoError(t, h.Observe(Step{Op: OpFairTryLockWait, Owner: owner, Now: t0, WaitMs: 5000, Acquired: ok, Reply: ttl,
+			Before: before, After: l.Clone(), Published: l.Published[len(before.Published):]}))
 	}
 	join("h")
 	join("w1")
 	join("w2")
 
-	// w2 jumps the live head w1.
+	// w2 jumps the live head w1, and wakes itself.
 	before := l.Clone()
 	after := l.Clone()
 	clear(after.Holds)
@@ -222,7 +297,7 @@ func TestHistoryCatchesViolations(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "past live waiter w1")
 	assert.Contains(t, err.Error(), "out of enqueue order")
-	assert.Contains(t, err.Error(), "notified redisson_lock__channel:{x}:w2, but the head is w1")
+	assert.Contains(t, err.Error(), "woke the caller w2")
 
 	bad := l.Clone()
 	bad.Queue = []string{"w2", "w1"}
@@ -231,7 +306,45 @@ func TestHistoryCatchesViolations(t *testing.T) {
 	bad = l.Clone()
 	bad.Deadlines["w1"] = t0 + 99999
 	assert.ErrorContains(t, new(History).Observe(Step{Op: OpTime, Before: l, After: bad}), "deadlines out of order")
+	assert.ErrorContains(t, new(History).Observe(Step{Op: OpTime, Before: l, After: bad}), "the deadline of w1 moved by")
 
 	bad.Holds["other"] = 0
 	assert.Error(t, bad.CheckInvariants())
+}
+
+// The liveness checks of History catch case 1 of the liveness issue: a take
+// that does not wake the new head, which then sleeps past the lease of the
+// new hold.
+func TestHistoryCatchesAnOversleepingHead(t *testing.T) {
+	l := New("x")
+	var h History
+	server := int64(0)
+	step := func(op Op, owner string, f func() (bool, int64)) error {
+		before := l.Clone()
+		ok, ttl := f()
+		return h.Observe(Step{Op: op, Owner: owner, Server: server, Now: t0 + server, WaitMs: 10000, GraceMs: 5000,
+			Acquired: ok, Reply: ttl, Before: before, After: l.Clone(), Published: l.Published[len(before.Published):]})
+	}
+	tryWait := func(owner string, lease int64) func() (bool, int64) {
+		return func() (bool, int64) { return l.FairTryLockWait(server, t0+server, owner, lease, 10000, 5000) }
+	}
+	require.NoError(t, step(OpFairTryLockWait, "101", tryWait("101", 300)))
+	require.NoError(t, step(OpFairTryLockWait, "102", tryWait("102", 1000)))
+	require.NoError(t, step(OpFairTryLockWait, "103", tryWait("103", 1000)))
+	server = 300 // the lease ends
+	l.Advance(server)
+	require.NoError(t, step(OpFairTryLockWait, "103", tryWait("103", 1000)))
+	// 102 takes the lock, and (the bug) nobody is told.
+	before := l.Clone()
+	ok, _ := l.FairTryLockWait(server, t0+server, "102", 1000, 10000, 5000)
+	require.True(t, ok)
+	err := h.Observe(Step{Op: OpFairTryLockWait, Owner: "102", Server: server, Now: t0 + server, WaitMs: 10000, GraceMs: 5000,
+		Acquired: true, Before: before, After: l.Clone()})
+	require.ErrorContains(t, err, "103 became the head and was not woken")
+	// 103 sleeps on past the new lease.
+	server = 1300
+	before = l.Clone()
+	l.Advance(server)
+	err = h.Observe(Step{Op: OpTime, Server: server, Before: before, After: l.Clone()})
+	require.ErrorContains(t, err, "103 sleeps until 5300, but it is the head of a free lock at 1300")
 }

@@ -9,6 +9,7 @@ type Names struct {
 	Channel  string // redisson_lock__channel:{name}
 	Queue    string // redisson_lock_queue:{name}
 	Timeouts string // redisson_lock_timeout:{name}
+	Grace    string // fairlock_grace:{name}: the fair lock's head grace (not in Redisson)
 	latch    string
 }
 
@@ -19,12 +20,13 @@ func NamesFor(name string) Names {
 		Channel:  tagged("redisson_lock__channel", name),
 		Queue:    tagged("redisson_lock_queue", name),
 		Timeouts: tagged("redisson_lock_timeout", name),
+		Grace:    tagged("fairlock_grace", name),
 		latch:    tagged("redisson_unlock_latch", name),
 	}
 }
 
 // WaiterChannel is the fair lock's own channel of one waiter: the fair lock
-// never publishes on Channel itself, only here, and only to the queue head.
+// wakes the first two waiters of its queue here.
 func (n Names) WaiterChannel(owner string) string { return n.Channel + ":" + owner }
 
 // Latch is the key of the unlock latch of one request id.

@@ -108,6 +108,23 @@ func (b realBackend) start(t *rapid.T) (*redis.Client, string, serverClock) {
 func (realBackend) unit() int64      { return realUnit }
 func (realBackend) tolerance() int64 { return realUnit }
 
+// dumpGrace reads the head grace key into l: the owner it names and when
+// it expires (server clock); it must expire.
+func dumpGrace(l *model.Lock, grace *redis.StringCmd, pttl *redis.DurationCmd, server int64) error {
+	owner, err := grace.Result()
+	if err == redis.Nil {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if pttl.Val() <= 0 {
+		return fmt.Errorf("the head grace key %q has no expiry (%v)", owner, pttl.Val())
+	}
+	l.GraceOwner, l.GraceEnd = owner, server+pttl.Val().Milliseconds()
+	return nil
+}
+
 // subscriber collects every message published on the lock's channels (the
 // lock channel and every fair waiter channel) with one pattern subscription.
 type subscriber struct {
@@ -166,6 +183,8 @@ func dump(ctx context.Context, rdb *redis.Client, names model.Names, server int6
 	deadlines := pipe.ZRangeWithScores(ctx, names.Timeouts, 0, -1)
 	queuePTTL := pipe.PTTL(ctx, names.Queue)
 	timeoutsPTTL := pipe.PTTL(ctx, names.Timeouts)
+	grace := pipe.Get(ctx, names.Grace)
+	gracePTTL := pipe.PTTL(ctx, names.Grace)
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, err
 	}
@@ -195,11 +214,14 @@ func dump(ctx context.Context, rdb *redis.Client, names model.Names, server int6
 			return nil, fmt.Errorf("%v: the fair lock's keys never expire", p.Args())
 		}
 	}
+	if err := dumpGrace(l, grace, gracePTTL, server); err != nil {
+		return nil, err
+	}
 
 	var latchKeys, stray []string
 	for _, k := range all.Val() {
 		switch {
-		case k == names.Lock, k == names.Queue, k == names.Timeouts:
+		case k == names.Lock, k == names.Queue, k == names.Timeouts, k == names.Grace:
 		case strings.HasPrefix(k, names.LatchPrefix()):
 			latchKeys = append(latchKeys, k)
 		default:

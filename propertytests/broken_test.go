@@ -35,28 +35,69 @@ var brokenVariants = []brokenVariant{
 	},
 	{
 		name: "notify every waiter", machine: fairMachine, file: lua.FileFairUnlock,
-		old: "redis.call(pubcmd, channel_prefix .. ':' .. head, message)",
-		new: "for _, w in ipairs(redis.call('lrange', queue, 0, -1)) do redis.call(pubcmd, channel_prefix .. ':' .. w, message) end",
+		old: "redis.call(PUBCMD, CHANNEL .. ':' .. owner, MESSAGE)",
+		new: "for _, w in ipairs(redis.call('lrange', queue, 0, -1)) do redis.call(PUBCMD, CHANNEL .. ':' .. w, MESSAGE) end",
 	},
 	{
 		name: "pruned head left in the queue", machine: fairMachine, file: lua.FileFairTryLockWait,
-		old: "redis.call('lpop', queue)\n    end",
-		new: "return\n    end",
+		old: "local head = redis.call('lpop', queue)",
+		new: "local head = redis.call('lindex', queue, 0)",
 	},
 	{
 		name: "acquireFailed skips the leaver's successor", machine: fairMachine, file: lua.FileFairAcquireFailed,
-		old: "for _, waiter in ipairs(waiters) do\n    if behind then",
-		new: "for i, waiter in ipairs(waiters) do\n    if behind and waiters[i - 1] ~= owner then",
+		old: "for _, waiter in ipairs(waiters) do\n        if behind then",
+		new: "for i, waiter in ipairs(waiters) do\n        if behind and waiters[i - 1] ~= owner then",
 	},
 	{
 		name: "acquireFailed also shifts the waiter ahead", machine: fairMachine, file: lua.FileFairAcquireFailed,
-		old: "for _, waiter in ipairs(waiters) do\n    if behind then",
-		new: "for i, waiter in ipairs(waiters) do\n    if behind or waiters[i + 1] == owner then",
+		old: "for _, waiter in ipairs(waiters) do\n        if behind then",
+		new: "for i, waiter in ipairs(waiters) do\n        if behind or waiters[i + 1] == owner then",
 	},
 	{
 		name: "new waiter's deadline one slot short", machine: fairMachine, file: lua.FileFairTryLockWait,
-		old: "redis.call('zadd', timeouts, ttl + wait + now, owner)",
-		new: "redis.call('zadd', timeouts, ttl + now, owner)",
+		old: "q_append(owner, ttl + wait + now,",
+		new: "q_append(owner, ttl + now,",
+	},
+	// The liveness rules (docs/design.md, "Liveness bound").
+	{
+		name: "no wake-up for the new head (take, prune, give-up)", machine: fairMachine, file: lua.FileFairTryLockWait,
+		old: "(freed or started or head ~= head0)",
+		new: "(freed or started)",
+	},
+	{
+		name: "a release does not wake the waiter behind the head", machine: fairMachine, file: lua.FileFairUnlock,
+		old: "if second and second ~= caller and (freed or started or second ~= second0) then",
+		new: "if second and second ~= caller and (started or second ~= second0) then",
+	},
+	{
+		name: "a release does not wake reentrant waiters", machine: fairMachine, file: lua.FileFairUnlock,
+		old: "redis.call(ARGV[5], KEYS[4], ARGV[1])",
+		new: "",
+	},
+	{
+		name: "a re-entry that cuts the lease short wakes nobody", machine: fairMachine, file: lua.FileFairTryLockWait,
+		old: "return true, pttl == -1 or tonumber(lease) < pttl",
+		new: "return true, false",
+	},
+	{
+		name: "Redisson's prune: the caller prunes itself", machine: fairMachine, file: lua.FileFairTryLockWait,
+		old: "while head and head ~= caller do",
+		new: "while head do",
+	},
+	{
+		name: "the grace lowers the head's deadline (a score Redisson reads)", machine: fairMachine, file: lua.FileFairUnlock,
+		old: "redis.call('set', GRACE, head, 'px', grace + GRACE_MARGIN)",
+		new: "redis.call('set', GRACE, head, 'px', grace + GRACE_MARGIN)\n        redis.call('zincrby', timeouts, -1, head)",
+	},
+	{
+		name: "a waiter behind a free lock sleeps until the head's deadline (grace ignored)", machine: fairMachine, file: lua.FileFairTryLockWait,
+		old: "if graced == head and left < wait then",
+		new: "if false then",
+	},
+	{
+		name: "every queued waiter gets the head's grace poll", machine: fairMachine, file: lua.FileFairTryLockWait,
+		old: "if grace > 0 and second == owner and (pttl < 0 or pttl > grace) then",
+		new: "if grace > 0 and (pttl < 0 or pttl > grace) then",
 	},
 	{
 		name: "unlock latch not stored on release", machine: reentrantMachine, file: lua.FileUnlock,

@@ -64,7 +64,8 @@ func (h *harness) fairTryLockWait(t *rapid.T, owner string) {
 	if !wantOK {
 		h.checkTTL(t, "fairTryLockWait ttl of "+owner, wantTTL, gotTTL)
 	}
-	s := model.Step{Op: model.OpFairTryLockWait, Owner: owner, Now: a.NowMs, WaitMs: wait, Acquired: gotOK, Before: before, After: h.m}
+	s := model.Step{Op: model.OpFairTryLockWait, Owner: owner, Now: a.NowMs, WaitMs: wait, GraceMs: a.GraceMs, Acquired: gotOK,
+		Reply: gotTTL, Before: before, After: h.m}
 	if model.Requeued(s) {
 		h.slot[owner] = wait
 	}
@@ -92,13 +93,13 @@ func (h *harness) fairTryLock(t *rapid.T, owner string) {
 	lease, wait := h.lease(t), h.wait(t)
 	a := h.args(owner, lease, wait)
 	before := h.begin()
-	want := h.m.FairTryLock(h.server, a.NowMs, owner, lease, wait)
+	want := h.m.FairTryLock(h.server, a.NowMs, owner, lease, wait, a.GraceMs)
 	got, err := h.scripts.FairTryLock(h.ctx, h.rdb, h.keys, a)
 	h.noErr(t, "fairTryLock", err)
 	if want != got {
 		t.Fatalf("fairTryLock by %s: model %v, Redis %v\nbefore: %v", owner, want, got, before)
 	}
-	h.end(t, model.Step{Op: model.OpFairTryLock, Owner: owner, Now: a.NowMs, WaitMs: wait, Acquired: got}, before)
+	h.end(t, model.Step{Op: model.OpFairTryLock, Owner: owner, Now: a.NowMs, WaitMs: wait, GraceMs: a.GraceMs, Acquired: got}, before)
 }
 
 func (h *harness) actFairReenter(t *rapid.T) {
@@ -124,11 +125,12 @@ func (h *harness) actAcquireFailed(t *rapid.T) {
 	if !ok || rapid.IntRange(0, 5).Draw(t, "other slot") == 0 {
 		wait = h.wait(t) // not the slot it queued with (Redisson's H3)
 	}
+	grace := h.grace[clientOf(owner)]
 	before := h.begin()
-	h.m.FairAcquireFailed(h.server, owner, wait)
-	err := h.scripts.FairAcquireFailed(h.ctx, h.rdb, h.keys, lua.Args{Owner: owner, WaitMs: wait})
+	h.m.FairAcquireFailed(h.server, owner, wait, grace)
+	err := h.scripts.FairAcquireFailed(h.ctx, h.rdb, h.keys, lua.Args{Owner: owner, WaitMs: wait, GraceMs: grace})
 	h.noErr(t, "fairAcquireFailed", err)
-	h.end(t, model.Step{Op: model.OpFairAcquireFailed, Owner: owner, WaitMs: wait}, before)
+	h.end(t, model.Step{Op: model.OpFairAcquireFailed, Owner: owner, WaitMs: wait, GraceMs: grace}, before)
 }
 
 func (h *harness) fairUnlock(t *rapid.T, owner string) {
@@ -144,7 +146,7 @@ func (h *harness) fairUnlock(t *rapid.T, owner string) {
 	if int(want) != int(got) {
 		t.Fatalf("fairUnlock by %s (%s): model %v, Redis %v\nbefore: %v", owner, req, want, got, before)
 	}
-	h.end(t, model.Step{Op: model.OpFairUnlock, Owner: owner, Now: a.NowMs}, before)
+	h.end(t, model.Step{Op: model.OpFairUnlock, Owner: owner, Now: a.NowMs, GraceMs: a.GraceMs}, before)
 }
 
 func (h *harness) actFairForceUnlock(t *rapid.T) {
@@ -157,7 +159,7 @@ func (h *harness) actFairForceUnlock(t *rapid.T) {
 	if want != got {
 		t.Fatalf("fairForceUnlock: model %v, Redis %v", want, got)
 	}
-	h.end(t, model.Step{Op: model.OpFairForceUnlock, Now: now}, before)
+	h.end(t, model.Step{Op: model.OpFairForceUnlock, Now: now, GraceMs: grace}, before)
 }
 
 func TestFairMiniredis(t *testing.T) { check(t, fairMachine, miniBackend{}) }

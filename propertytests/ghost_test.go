@@ -37,8 +37,8 @@ func TestGhostWaiterBlocksRedissonsPrune(t *testing.T) {
 	setFlag(t, "rapid.nofailfile", "true")
 	v := brokenVariant{
 		name: "Redisson's prune (stops at a ghost head)", file: lua.FileFairUnlock,
-		old: "if deadline and tonumber(deadline) > now then",
-		new: "if not deadline or tonumber(deadline) > now then",
+		old: "if deadline and deadline > now and",
+		new: "if (not deadline or deadline > now) and",
 	}
 	r := &recorder{name: t.Name()}
 	func() {

@@ -142,11 +142,13 @@ func newHarness(t *rapid.T, b backend, scripts *lua.Scripts, c *counts) *harness
 		slot:    map[string]int64{},
 	}
 	h.got = model.New(name)
+	h.gotHis.Slack = h.tol
 	h.counts = c
 	c.sequences++
 	t.Cleanup(func() { c.steps += h.steps })
 	n := h.m.Names()
-	if n.Channel != h.keys.Channel || n.Queue != h.keys.Queue || n.Timeouts != h.keys.Timeouts || n.Latch("r") != h.keys.Latch("r") {
+	if n.Channel != h.keys.Channel || n.Queue != h.keys.Queue || n.Timeouts != h.keys.Timeouts || n.Latch("r") != h.keys.Latch("r") ||
+		n.Grace != h.keys.Grace() {
 		t.Fatalf("model names %+v differ from lua's %+v", n, h.keys)
 	}
 	h.sub = subscribe(t, rdb, n)
@@ -220,6 +222,7 @@ func (h *harness) checkTTL(t *rapid.T, what string, want, got int64) {
 // histories with the step.
 func (h *harness) end(t *rapid.T, s model.Step, before *model.Lock) {
 	h.steps++
+	s.Server = h.server
 	published, err := h.sub.drain(h.ctx)
 	h.noErr(t, "pub/sub", err)
 	got, err := dump(h.ctx, h.rdb, h.m.Names(), h.server)
@@ -258,6 +261,9 @@ func (h *harness) compare(got *model.Lock, published []model.Message, before *mo
 	}
 	if !maps.EqualFunc(want.Deadlines, got.Deadlines, func(w, g int64) bool { return h.within(w, g) }) {
 		return fmt.Errorf("deadlines %v, want %v", got.Deadlines, want.Deadlines)
+	}
+	if want.GraceOwner != got.GraceOwner || want.GraceOwner != "" && !h.within(want.GraceEnd-h.server, got.GraceEnd-h.server) {
+		return fmt.Errorf("head grace %q until %d, want %q until %d", got.GraceOwner, got.GraceEnd, want.GraceOwner, want.GraceEnd)
 	}
 	if !maps.EqualFunc(want.Latches, got.Latches, func(w, g model.Latch) bool {
 		return w.Result == g.Result && h.within(w.ExpiresAt-h.server, g.ExpiresAt-h.server)

@@ -160,7 +160,7 @@ func (h *scHarness) tryLock(t *rapid.T, owner string) {
 	fok, ferr := h.faithful.FairTryLock(h.ctx, h.rdb, h.fk, a)
 	sok, serr := h.scalable.TryLock(h.ctx, h.rdb, h.sk, a)
 	h.noErr(t, "tryLock", ferr, serr)
-	if mok := h.m.FairTryLock(h.server, a.NowMs, owner, a.LeaseMs, a.WaitMs); mok != sok {
+	if mok := h.m.FairTryLock(h.server, a.NowMs, owner, a.LeaseMs, a.WaitMs, a.GraceMs); mok != sok {
 		t.Fatalf("tryLock by %s: model %v, scalable %v\nbefore: %v", owner, mok, sok, h.s)
 	}
 	if fok != sok {
@@ -201,8 +201,8 @@ func (h *scHarness) actAcquireFailed(t *rapid.T) {
 	if !ok || rapid.IntRange(0, 5).Draw(t, "other slot") == 0 {
 		wait = h.wait(t)
 	}
-	a := lua.Args{Owner: owner, WaitMs: wait}
-	h.m.FairAcquireFailed(h.server, owner, wait)
+	a := lua.Args{Owner: owner, WaitMs: wait, GraceMs: h.grace[clientOf(owner)]}
+	h.m.FairAcquireFailed(h.server, owner, wait, a.GraceMs)
 	h.noErr(t, "acquireFailed", h.faithful.FairAcquireFailed(h.ctx, h.rdb, h.fk, a), h.scalable.AcquireFailed(h.ctx, h.rdb, h.sk, a))
 	h.end(t, "acquireFailed "+owner)
 }
@@ -336,6 +336,9 @@ func (h *scHarness) compare(f, s *model.Lock, fpub, spub []model.Message) error 
 	if !maps.EqualFunc(f.Deadlines, s.Deadlines, h.within) {
 		return fmt.Errorf("deadlines %v vs %v", f.Deadlines, s.Deadlines)
 	}
+	if f.GraceOwner != s.GraceOwner || f.GraceOwner != "" && !h.within(f.GraceEnd, s.GraceEnd) {
+		return fmt.Errorf("head grace %q@%d vs %q@%d", f.GraceOwner, f.GraceEnd, s.GraceOwner, s.GraceEnd)
+	}
 	if !maps.EqualFunc(f.Latches, s.Latches, func(a, b model.Latch) bool {
 		return a.Result == b.Result && h.within(a.ExpiresAt, b.ExpiresAt)
 	}) {
@@ -369,6 +372,9 @@ func (h *scHarness) compareModel(s *model.Lock, spub []model.Message) error {
 	}
 	if !maps.EqualFunc(m.Deadlines, s.Deadlines, h.within) {
 		return fmt.Errorf("deadlines %v, model %v", s.Deadlines, m.Deadlines)
+	}
+	if m.GraceOwner != s.GraceOwner || m.GraceOwner != "" && !h.within(m.GraceEnd, s.GraceEnd) {
+		return fmt.Errorf("head grace %q@%d, model %q@%d", s.GraceOwner, s.GraceEnd, m.GraceOwner, m.GraceEnd)
 	}
 	if !maps.EqualFunc(m.Latches, s.Latches, func(a, b model.Latch) bool {
 		return a.Result == b.Result && h.within(a.ExpiresAt, b.ExpiresAt)
@@ -407,6 +413,8 @@ func dumpScalable(ctx context.Context, rdb *redis.Client, k lua.Keys, server int
 	pttl := pipe.PTTL(ctx, k.Name)
 	sq := pipe.HGetAll(ctx, k.ScalableQueue())
 	sqPTTL := pipe.PTTL(ctx, k.ScalableQueue())
+	grace := pipe.Get(ctx, k.Grace())
+	gracePTTL := pipe.PTTL(ctx, k.Grace())
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, err
 	}
@@ -426,6 +434,9 @@ func dumpScalable(ctx context.Context, rdb *redis.Client, k lua.Keys, server int
 	}
 	if sqPTTL.Val() > 0 {
 		return nil, fmt.Errorf("the scalable queue key expires")
+	}
+	if err := dumpGrace(l, grace, gracePTTL, server); err != nil {
+		return nil, err
 	}
 	f := sq.Val()
 	num := func(field string) (int64, error) {
@@ -488,7 +499,7 @@ func dumpScalable(ctx context.Context, rdb *redis.Client, k lua.Keys, server int
 	var latches []string
 	for _, key := range all.Val() {
 		switch {
-		case key == k.Name, key == k.ScalableQueue():
+		case key == k.Name, key == k.ScalableQueue(), key == k.Grace():
 		case strings.HasPrefix(key, l.Names().LatchPrefix()):
 			latches = append(latches, key)
 		default:
@@ -528,22 +539,24 @@ func FuzzScalableMiniredis(f *testing.F) {
 }
 
 // scalableBroken are deliberately wrong scalable scripts, each a plausible
-// slip in the relative representation; the machine must catch every one.
+// slip in the relative representation (queue_scalable.lua, in every
+// script) or in the shared rules (fair_common.lua); the machine must catch
+// every one.
 var scalableBroken = []struct{ name, file, old, new string }{
-	{"acquire does not lower the remaining deadlines", "scalable_common.lua",
-		"sq_remove(sq, owner, wait)", "sq_remove(sq, owner, 0)"},
-	{"mid-queue removal drops the leaver's own gap", "scalable_common.lua",
-		"'d:' .. n, d + dn - drop", "'d:' .. n, dn - drop"},
-	{"tail removal keeps the old tail deadline", "scalable_common.lua",
+	{"acquire does not lower the remaining deadlines", "queue_scalable.lua",
+		"        sq_remove(owner, wait)", "        sq_remove(owner, 0)"},
+	{"mid-queue removal drops the leaver's own gap", "queue_scalable.lua",
+		"'d:' .. n, d + nd - drop", "'d:' .. n, nd - drop"},
+	{"tail removal keeps the old tail deadline", "queue_scalable.lua",
 		"'td', td - d, ", "'td', td, "},
-	{"head clamp does not widen the successor's gap", "scalable_common.lua",
-		"redis.call('hincrby', sq, 'd:' .. n, deadline - lowered)", ""},
-	{"head removal forgets the drop", "scalable_common.lua",
-		"tonumber(m[1]) + tonumber(m[2]) - drop", "tonumber(m[1]) + tonumber(m[2])"},
-	{"every queued waiter gets the head's grace poll", "scalable_try_lock_wait.lua",
-		"and me[1] == me[2] then", "then"},
-	{"a leaving head wakes its successor while the lock is held", "scalable_acquire_failed.lua",
-		"removed and was_head and redis.call('exists', KEYS[2]) == 0", "removed and was_head"},
+	{"head removal forgets the drop", "queue_scalable.lua",
+		"hd + nd - drop", "hd + nd"},
+	{"append forgets the old tail's link", "queue_scalable.lua",
+		"'n:' .. tail, owner,", ""},
+	{"every queued waiter gets the head's grace poll", "fair_common.lua",
+		"and second == owner and", "and"},
+	{"a waiter moving up is not woken", "fair_common.lua",
+		"(freed or started or second ~= second0)", "(freed or started)"},
 }
 
 func TestScalableBrokenVariantsFail(t *testing.T) {
@@ -558,19 +571,11 @@ func TestScalableBrokenVariantsFail(t *testing.T) {
 	}
 	for _, v := range scalableBroken {
 		t.Run(v.name, func(t *testing.T) {
-			// Common code is in every script's source; a script's own
-			// code only in its own.
-			probe := v.file
-			if v.file == "scalable_common.lua" {
-				probe = lua.FileScalableTryLock
-			}
-			if n := strings.Count(lua.ScalableSource(probe), v.old); n != 1 {
-				t.Fatalf("%q occurs %d times in %s", v.old, n, probe)
+			// Both files are in every script's source.
+			if n := strings.Count(lua.ScalableSource(lua.FileFairTryLock), v.old); n != 1 {
+				t.Fatalf("%q occurs %d times in %s", v.old, n, v.file)
 			}
 			scripts := lua.EditScalable(func(file, src string) string {
-				if v.file != "scalable_common.lua" && file != v.file {
-					return src
-				}
 				return strings.Replace(src, v.old, v.new, 1)
 			})
 			for _, be := range backends {

@@ -1,0 +1,144 @@
+-- queue_redisson.lua: the queue operations of the Redisson-compatible fair
+-- engine (fair.Redisson), over Redisson's own keys. It is not a script by
+-- itself: package lua prepends it, then fair_common.lua, to every fair_*.lua
+-- script body; the scalable engine prepends queue_scalable.lua instead, which
+-- defines the same functions over its own representation. So the two engines
+-- run the same script bodies and the same rules; only these functions differ.
+--
+-- State (all keys share the lock's hash slot):
+--   queue     "redisson_lock_queue:{name}", list of waiting owners, head first
+--   timeouts  "redisson_lock_timeout:{name}", zset owner -> deadline
+--             (absolute, client clock, Unix milliseconds)
+-- Java Redisson clients read and write both keys with their own scripts, so
+-- every change made here follows Redisson's rules (redisson-reference §5.1):
+-- a waiter joins with the tail's deadline + its slot (or now + PTTL + slot);
+-- a take lowers every remaining deadline by the taker's slot; a give-up
+-- lowers the deadlines behind the leaver by its slot; a pruned head moves
+-- nobody. Nothing else ever changes a deadline.
+--
+-- Every loop here runs at most once per element of a list or zset, so every
+-- script terminates whatever the keys hold.
+
+local queue, timeouts, squeue
+
+-- q_init names the keys: this engine's list and zset, and the scalable
+-- engine's queue hash (only ever checked, never written).
+local function q_init(list, zset, sq)
+    queue, timeouts, squeue = list, zset, sq
+end
+
+
+-- q_refuse: one lock name, one engine. The acquisition scripts refuse a
+-- lock whose queue the scalable engine keeps, before anything is written.
+-- Returns the error reply, or nil.
+local function q_refuse(name)
+    if redis.call('exists', squeue) == 1 then
+        return redis.error_reply('fairlock: lock ' .. name ..
+            ' is used by the scalable fair engine (fairlock_squeue exists)')
+    end
+    return nil
+end
+
+-- q_front: the head and the waiter right behind it (either may be nil). A
+-- queue key of another type (edited by hand) reads as empty here, so that a
+-- holder can still release; the scripts that write the queue then fail with
+-- Redis's WRONGTYPE error.
+local function q_front()
+    local v = redis.pcall('lrange', queue, 0, 1)
+    if v.err then
+        return nil, nil
+    end
+    return v[1], v[2]
+end
+
+-- q_check: nothing to repair here (a waiter without a deadline, H1, is
+-- pruned when it reaches the head; every loop is bounded by a key's
+-- length). Returns the head and the waiter behind it.
+local function q_check()
+    return q_front()
+end
+
+-- q_other_front: the scalable engine's head and second, when its queue
+-- exists (a release wakes them: one lock hash, two queues). Never fails.
+local function q_other_front()
+    local v = redis.pcall('hget', squeue, 'h')
+    if type(v) ~= 'string' then
+        return nil, nil
+    end
+    local n = redis.pcall('hget', squeue, 'n:' .. v)
+    if type(n) ~= 'string' or n == '' then
+        n = nil
+    end
+    return v, n
+end
+
+-- q_head_deadline: the deadline of head (the head, from q_front), nil for
+-- a head without one (H1).
+local function q_head_deadline(head)
+    return tonumber(redis.call('zscore', timeouts, head))
+end
+
+-- q_queued: whether owner has a deadline, i.e. is queued (Redisson's test).
+local function q_queued(owner)
+    return redis.call('zscore', timeouts, owner) ~= false
+end
+
+-- q_tail: the last waiter and its deadline (nil when it has none).
+local function q_tail()
+    local tail = redis.call('lindex', queue, -1)
+    if not tail then
+        return nil, nil
+    end
+    return tail, tonumber(redis.call('zscore', timeouts, tail))
+end
+
+-- q_size bounds a loop over the queue.
+local function q_size()
+    return redis.call('llen', queue)
+end
+
+-- q_pop_head removes the head (pruned as dead): nobody else moves.
+local function q_pop_head()
+    local head = redis.call('lpop', queue)
+    if head then
+        redis.call('zrem', timeouts, head)
+    end
+end
+
+-- q_take: owner (the head, or nobody is queued) takes the lock: it leaves
+-- the queue and every remaining deadline drops by its slot (Redisson's take).
+local function q_take(owner, wait)
+    redis.call('zrem', timeouts, owner)
+    redis.call('lpop', queue)
+    for _, waiter in ipairs(redis.call('zrange', timeouts, 0, -1)) do
+        redis.call('zincrby', timeouts, -wait, waiter)
+    end
+end
+
+-- q_remove: owner gives up (Redisson's acquireFailed): the waiters behind
+-- it drop by its slot; it leaves both keys. Nothing happens if it is not
+-- queued.
+local function q_remove(owner, wait)
+    local waiters = redis.pcall('lrange', queue, 0, -1)
+    if waiters.err then
+        return -- not a list: nobody is queued in it
+    end
+    local behind = false
+    for _, waiter in ipairs(waiters) do
+        if behind then
+            redis.call('zincrby', timeouts, -wait, waiter)
+        elseif waiter == owner then
+            behind = true
+        end
+    end
+    redis.call('zrem', timeouts, owner)
+    redis.call('lrem', queue, 0, owner)
+end
+
+-- q_append: owner joins at the tail with an absolute deadline (tail, its
+-- deadline: from q_tail, unused here).
+local function q_append(owner, deadline, _, _)
+    if redis.call('zadd', timeouts, deadline, owner) == 1 then
+        redis.call('rpush', queue, owner)
+    end
+end

@@ -1,0 +1,234 @@
+-- queue_scalable.lua: the queue operations of the scalable fair engine
+-- (fair.Scalable). It is not a script by itself: package lua prepends it,
+-- then fair_common.lua, to every fair_*.lua script body, in place of
+-- queue_redisson.lua. Same functions, same deadlines, same rules; only the
+-- representation differs, so that every operation costs O(1) commands
+-- whatever the queue's length.
+--
+-- State: one hash "fairlock_squeue:{name}" (the lock's hash slot), a doubly
+-- linked list:
+--   h, t      the head and the tail owner
+--   hd, td    the head's and the tail's deadline (absolute, client clock,
+--             Unix milliseconds)
+--   n:<o>     the owner after o ("" for the tail); present exactly when o
+--             is queued
+--   p:<o>     the owner before o ("" for the head)
+--   d:<o>     o's deadline minus its predecessor's (0 for the head)
+-- The key is deleted when the queue empties. Waiter k's deadline is hd plus
+-- the deltas from the head's successor up to k; only the head's and the
+-- tail's are ever read, so "everyone behind X drops by w" is one change to
+-- X's successor's delta (or to hd) and to td.
+--
+-- Malformed state (fields deleted or edited by hand, evicted, a key of the
+-- wrong type) is repaired, never looped on: every field an operation reads
+-- is checked before anything is written, and when the links do not hold
+-- together the queue is reset (the hash deleted). The lock hash is not
+-- touched, so exclusion holds; the waiters then join again, in the order of
+-- their next attempts: order among them is lost once, liveness is not.
+
+local sq, rqueue, rtimeouts
+
+-- q_reset: the queue is inconsistent: start again from an empty queue.
+local function q_reset()
+    redis.call('del', sq)
+end
+
+-- The node fields of o: previous, next, delta (nil when missing).
+local function node(o)
+    local v = redis.call('hmget', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o)
+    if v[1] == false then v[1] = nil end
+    if v[2] == false then v[2] = nil end
+    return v[1], v[2], tonumber(v[3])
+end
+
+-- q_init names the keys: the Redisson-compatible engine's list and zset
+-- (only ever checked, never written) and this engine's hash.
+local function q_init(list, zset, hash)
+    rqueue, rtimeouts, sq = list, zset, hash
+end
+
+-- q_check checks the ends of the list before a script uses the queue: the
+-- head and the tail exist, have whole deadlines and consistent links. A key
+-- of the wrong type or a broken end resets the queue. Returns the head and
+-- the waiter behind it (either may be nil).
+local function q_check()
+    local v = redis.pcall('hmget', sq, 'h', 't', 'hd', 'td')
+    if v.err then
+        q_reset()
+        return nil, nil
+    end
+    local h, t = v[1], v[2]
+    if not h and not t and not v[3] and not v[4] then
+        if redis.call('exists', sq) == 1 then
+            q_reset() -- node fields without a head
+        end
+        return nil, nil
+    end
+    if not h or not t or not tonumber(v[3]) or not tonumber(v[4]) then
+        q_reset()
+        return nil, nil
+    end
+    local e = redis.call('hmget', sq, 'p:' .. h, 'n:' .. h, 'd:' .. h, 'p:' .. t, 'n:' .. t)
+    if e[1] ~= '' or not e[2] or tonumber(e[3]) ~= 0 or not e[4] or e[5] ~= '' or (e[2] == '') ~= (h == t) then
+        q_reset()
+        return nil, nil
+    end
+    if e[2] == '' then
+        return h, nil
+    end
+    return h, e[2]
+end
+
+-- q_refuse: one lock name, one engine. The acquisition scripts refuse a
+-- lock whose Redisson-compatible queue keys exist. Returns the error reply,
+-- or nil.
+local function q_refuse(name)
+    if redis.call('exists', rqueue, rtimeouts) > 0 then
+        return redis.error_reply('fairlock: lock ' .. name ..
+            ' is used by the Redisson-compatible fair engine (redisson_lock_queue or redisson_lock_timeout exists)')
+    end
+    return nil
+end
+
+-- q_front: the head and the waiter right behind it (either may be nil).
+local function q_front()
+    local head = redis.call('hget', sq, 'h')
+    if not head then
+        return nil, nil
+    end
+    local _, n = node(head)
+    if not n then
+        q_reset()
+        return nil, nil
+    end
+    if n == '' then
+        return head, nil
+    end
+    return head, n
+end
+
+-- q_other_front: the Redisson-compatible engine's head and second, when its
+-- queue exists (a release wakes them). Never fails.
+local function q_other_front()
+    local v = redis.pcall('lrange', rqueue, 0, 1)
+    if v.err then
+        return nil, nil
+    end
+    return v[1], v[2]
+end
+
+-- q_head_deadline: the head's deadline (head: the head, from q_front).
+local function q_head_deadline(_)
+    return tonumber(redis.call('hget', sq, 'hd'))
+end
+
+-- q_queued: whether owner is queued.
+local function q_queued(owner)
+    return redis.call('hexists', sq, 'n:' .. owner) == 1
+end
+
+-- q_tail: the last waiter and its deadline.
+local function q_tail()
+    local v = redis.call('hmget', sq, 't', 'td')
+    if not v[1] then
+        return nil, nil
+    end
+    return v[1], tonumber(v[2])
+end
+
+-- q_size bounds a loop over the queue (an upper bound: three fields per
+-- waiter and four for the ends).
+local function q_size()
+    return redis.call('hlen', sq)
+end
+
+-- Remove o from the queue; everyone behind it gets drop milliseconds
+-- earlier. Every field read is checked first; broken links reset the queue.
+-- Returns whether o was queued.
+local function sq_remove(o, drop)
+    local p, n, d = node(o)
+    if not n then
+        return false
+    end
+    local ends = redis.call('hmget', sq, 'h', 't', 'hd', 'td')
+    local hd, td = tonumber(ends[3]), tonumber(ends[4])
+    if not p or not d or not hd or not td or (p == '') ~= (ends[1] == o) or (n == '') ~= (ends[2] == o) then
+        q_reset()
+        return true
+    end
+    if p == '' and n == '' then
+        redis.call('del', sq)
+        return true
+    end
+    if p == '' then
+        -- o was the head: its successor's absolute deadline becomes hd.
+        local np, nn, nd = node(n)
+        if np ~= o or not nn or not nd then
+            q_reset()
+            return true
+        end
+        redis.call('hdel', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o)
+        redis.call('hset', sq, 'h', n, 'hd', hd + nd - drop, 'td', td - drop, 'p:' .. n, '', 'd:' .. n, 0)
+        return true
+    end
+    local _, pn = node(p)
+    if pn ~= o then
+        q_reset()
+        return true
+    end
+    if n == '' then
+        -- o was the tail: nobody behind; the new tail is its predecessor.
+        redis.call('hdel', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o)
+        redis.call('hset', sq, 't', p, 'td', td - d, 'n:' .. p, '')
+        return true
+    end
+    -- In the middle: the successor's gap to its new predecessor is the two
+    -- gaps together, less the drop.
+    local np, _, nd = node(n)
+    if np ~= o or not nd then
+        q_reset()
+        return true
+    end
+    redis.call('hdel', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o)
+    redis.call('hset', sq, 'n:' .. p, n, 'p:' .. n, p, 'd:' .. n, d + nd - drop, 'td', td - drop)
+    return true
+end
+
+-- q_pop_head removes the head (pruned as dead): nobody else moves.
+local function q_pop_head()
+    local head = redis.call('hget', sq, 'h')
+    if head then
+        sq_remove(head, 0)
+    end
+end
+
+-- q_take: owner (the head, or nobody is queued) takes the lock: it leaves
+-- the queue and every remaining deadline drops by its slot.
+local function q_take(owner, wait)
+    if redis.call('hget', sq, 'h') == owner then
+        sq_remove(owner, wait)
+    end
+end
+
+-- q_remove: owner gives up: the waiters behind it drop by its slot.
+local function q_remove(owner, wait)
+    sq_remove(owner, wait)
+end
+
+-- q_append: owner joins at the tail with an absolute deadline (tail, td:
+-- the tail and its deadline, from q_tail).
+local function q_append(owner, deadline, tail, td)
+    if tail and td then
+        local _, tn = node(tail)
+        if tn == '' then
+            redis.call('hset', sq, 't', owner, 'td', deadline, 'n:' .. tail, owner,
+                'p:' .. owner, tail, 'n:' .. owner, '', 'd:' .. owner, deadline - td)
+            return
+        end
+    end
+    if tail then
+        q_reset()
+    end
+    redis.call('hset', sq, 'h', owner, 't', owner, 'hd', deadline, 'td', deadline,
+        'p:' .. owner, '', 'n:' .. owner, '', 'd:' .. owner, 0)
+end
