@@ -53,14 +53,15 @@ func livenessBound(lastLease, grace time.Duration, deadAhead int) time.Duration 
 //   - release: the Unlock call's start and end; a lease end is the grant
 //     plus the lease passed (no Unlock is made for those holds).
 type attempt struct {
-	n      int    // arrival index, in the order the test started them
-	owner  string // owner id
-	label  string // for messages
-	dead   bool   // a waiter whose client died: it queued once and does nothing more
-	queues bool   // a waiting acquisition (Lock, TryLockFor, ...), not TryLock
-	reent  bool   // a re-entry by the holder: no new hold
-	lease  time.Duration
-	wait   time.Duration // the wait bound; 0 for none
+	n         int    // arrival index, in the order the test started them
+	owner     string // owner id
+	label     string // for messages
+	dead      bool   // a waiter whose client died: it queued once and does nothing more
+	queues    bool   // a waiting acquisition (Lock, TryLockFor, ...), not TryLock
+	reent     bool   // a re-entry by the holder: no new hold
+	cancelled bool   // its context was cancelled by the test
+	lease     time.Duration
+	wait      time.Duration // the wait bound; 0 for none
 
 	start      time.Time // the acquisition call was made (at or before its first script call)
 	joinStart  time.Time // the call that queued it: start
