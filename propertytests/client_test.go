@@ -48,7 +48,8 @@ import (
 // (TestFairClientLiveness, real redis-server only: miniredis's clock does
 // not move by itself) adds what takes real time: holders that let an
 // explicit lease (1 or 2 s) run out instead of unlocking, TryLockFor waits
-// of 1 to 3 s that run out in the queue, waiters whose client died (one
+// and Acquire waits (the same with the default slot) of 1 to 3 s that run
+// out in the queue, waiters whose client died (one
 // queued script call, then nothing; only with a head grace of 1 s), and
 // steps that wait for the next grant without unlocking. Both end every
 // sequence by draining the queue: every holder unlocks and every live
@@ -245,6 +246,7 @@ type acquireKind struct {
 	name  string
 	lease time.Duration // 0: the watchdog
 	wait  time.Duration // fair.Forever: until cancelled
+	slot  time.Duration // the wait slot (0: the default, 5 minutes)
 }
 
 func (cm *clientMachine) drawKind(t *rapid.T) acquireKind {
@@ -254,13 +256,20 @@ func (cm *clientMachine) drawKind(t *rapid.T) acquireKind {
 	lease := func() time.Duration {
 		return time.Duration(rapid.IntRange(1, 2).Draw(t, "lease s")) * time.Second
 	}
-	switch rapid.IntRange(0, 2).Draw(t, "kind") {
+	switch rapid.IntRange(0, 3).Draw(t, "kind") {
 	case 0:
 		return acquireKind{name: "Lock", wait: fair.Forever}
 	case 1:
 		return acquireKind{name: "LockWithLease", lease: lease(), wait: fair.Forever}
 	}
+	// TryLockFor's slot is its wait (Redisson's rule); Acquire gives up
+	// after its wait but keeps the default slot, so its place is promised
+	// (see protectedUntil).
 	k := acquireKind{name: "TryLockFor", wait: time.Duration(rapid.IntRange(1, 3).Draw(t, "wait s")) * time.Second}
+	k.slot = k.wait
+	if rapid.Bool().Draw(t, "long slot") {
+		k.name, k.slot = "Acquire", 0
+	}
 	if rapid.Bool().Draw(t, "with lease") {
 		k.lease = lease()
 	}
@@ -275,6 +284,8 @@ func (k acquireKind) call(ctx context.Context, m *fair.Mutex) (bool, error) {
 	case "LockWithLease":
 		err := m.LockWithLease(ctx, k.lease)
 		return err == nil, err
+	case "Acquire":
+		return m.Acquire(ctx, fair.AcquireOptions{Wait: k.wait, Lease: k.lease})
 	}
 	return m.TryLockFor(ctx, k.wait, k.lease)
 }
@@ -285,6 +296,8 @@ func (k acquireKind) String() string {
 		return "Lock"
 	case "LockWithLease":
 		return fmt.Sprintf("LockWithLease(%v)", k.lease)
+	case "Acquire":
+		return fmt.Sprintf("Acquire(wait %v, lease %v)", k.wait, k.lease)
 	}
 	return fmt.Sprintf("TryLockFor(%v, %v)", k.wait, k.lease)
 }
@@ -300,7 +313,7 @@ func (cm *clientMachine) lock(t *rapid.T) {
 	hd := cm.pick(t, "idle", cm.idle)
 	k := cm.drawKind(t)
 	ctx, cancel := context.WithCancel(cm.ctx)
-	a := cm.h.begin(&attempt{owner: hd.m.Owner(), label: cm.label(hd, k.String()), queues: true, lease: k.lease, wait: max(k.wait, 0)})
+	a := cm.h.begin(&attempt{owner: hd.m.Owner(), label: cm.label(hd, k.String()), queues: true, lease: k.lease, wait: max(k.wait, 0), slot: k.slot})
 	hd.cur, hd.cancel = a, cancel
 	go func() {
 		ok, err := k.call(withAttempt(ctx, a), hd.m)
@@ -365,7 +378,7 @@ func (cm *clientMachine) tryLockFor(t *rapid.T) {
 	}
 	hd := cm.pick(t, "idle", cm.idle)
 	wait := time.Duration(rapid.IntRange(1, 20).Draw(t, "wait ms")) * time.Millisecond
-	a := cm.h.begin(&attempt{owner: hd.m.Owner(), label: cm.label(hd, fmt.Sprintf("TryLockFor(%v)", wait)), queues: true, wait: wait})
+	a := cm.h.begin(&attempt{owner: hd.m.Owner(), label: cm.label(hd, fmt.Sprintf("TryLockFor(%v)", wait)), queues: true, wait: wait, slot: wait})
 	ok, err := hd.m.TryLockFor(withAttempt(cm.ctx, a), wait, 0)
 	cm.h.finish(a, ok, err)
 	if err != nil || ok {

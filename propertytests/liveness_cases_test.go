@@ -48,6 +48,7 @@ func recordedClient(t testing.TB, b *redistest.Backend, h *history) *redis.Clien
 // eight in the order they queued, each within livenessBound of the lease
 // end before it; none may give up (their 10 s waits leave 3 s to spare).
 func TestLeaseExpiryHandoff(t *testing.T) {
+	t.Parallel()
 	b := redistest.Real(t)
 	for _, eng := range engines {
 		for _, gr := range graces {
@@ -90,7 +91,7 @@ func leaseExpiryHandoff(t *testing.T, b *redistest.Backend, engine fair.Engine, 
 	}
 	var as []*attempt
 	for i, m := range ms {
-		a := h.begin(&attempt{owner: m.Owner(), label: fmt.Sprintf("h%d", i), queues: true, lease: lease, wait: wait})
+		a := h.begin(&attempt{owner: m.Owner(), label: fmt.Sprintf("h%d", i), queues: true, lease: lease, wait: wait, slot: wait})
 		as = append(as, a)
 		go func() {
 			ok, err := m.TryLockFor(withAttempt(ctx, a), wait, lease)

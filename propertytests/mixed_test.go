@@ -27,10 +27,11 @@ import (
 // when the holder unlocks and the head acquires, the remaining deadlines
 // drop by 5000.
 func TestRedissonRuleScripts(t *testing.T) {
+	t.Parallel()
 	b := redistest.Real(t)
 	rdb := b.Client(t)
 	ctx := context.Background()
-	c := newRClient(rdb, nil)
+	c := newRClient(rdb, nil, 0)
 	defer c.Close()
 	name := redistest.Prefix(t) + "lock"
 	holder := c.Lock(name)
@@ -87,6 +88,36 @@ func TestRedissonRuleScripts(t *testing.T) {
 	}
 }
 
+// TestRedissonRuleWatchdog checks the reference client's watchdog: a hold
+// without a lease outlives its lease (6 s here, renewed every 2 s) while
+// held, and runs out once the client stops.
+func TestRedissonRuleWatchdog(t *testing.T) {
+	t.Parallel()
+	b := redistest.Real(t)
+	rdb := b.Client(t)
+	ctx := context.Background()
+	c := newRClient(rdb, nil, 6*time.Second)
+	defer c.Close()
+	l := c.Lock(redistest.Prefix(t) + "lock")
+	if err := l.Lock(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(8 * time.Second)
+	if n, err := rdb.HGet(ctx, l.keys.Name, l.owner).Int(); n != 1 || err != nil {
+		t.Fatalf("after 8 s the hold is %d, %v; want renewed", n, err)
+	}
+	if pttl := rdb.PTTL(ctx, l.keys.Name).Val(); pttl <= 0 || pttl > 6*time.Second {
+		t.Fatalf("PTTL %v, want within the 6 s lease", pttl)
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Redisson's fair unlock of a lock that is gone succeeds (H4).
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatalf("second unlock: %v, want success (Redisson's H4)", err)
+	}
+}
+
 // TestMixedGoUnlockKeepsWaiterPlace is bug 4 of issue 12. A Go client holds;
 // H waits (a Redisson-rule client whose network adds 300 ms each way, so
 // that it takes the lock a moment after being woken); the Go client
@@ -100,6 +131,7 @@ func TestRedissonRuleScripts(t *testing.T) {
 // Subtests: J and H as Redisson-rule clients (a Java waiter loses its place)
 // and everyone in Go.
 func TestMixedGoUnlockKeepsWaiterPlace(t *testing.T) {
+	t.Parallel()
 	b := redistest.Real(t)
 	for _, java := range []bool{true, false} {
 		name := "java-waiter"
@@ -158,7 +190,7 @@ func goUnlockKeepsWaiterPlace(t *testing.T, b *redistest.Backend, java bool) {
 		return &waiter{label: label, owner: m.Owner(), lock: m.Lock, unlock: m.Unlock}
 	}
 	javaHandle := func(rdb *redis.Client, label string) *waiter {
-		c := newRClient(rdb, h)
+		c := newRClient(rdb, h, 0)
 		t.Cleanup(c.Close)
 		l := c.Lock(name)
 		return &waiter{label: label, owner: l.owner,
@@ -273,12 +305,17 @@ func waitFirst(h *history, d time.Duration, ws ...*waiter) *waiter {
 // record: exclusion, FIFO among waiters that did not give up (where the
 // order of arrival is certain), and the liveness bound.
 func TestMixedWorkload(t *testing.T) {
+	t.Parallel()
 	b := redistest.Real(t)
 	const (
 		perKind = 2
 		runFor  = 6 * time.Second
 	)
-	h := newHistory(5*time.Second, 30*time.Second)
+	// Watchdog leases of 5 s on both kinds: a waiter that sleeps through a
+	// release it was not told about (Redisson's rules allow it: a Java
+	// waiter sleeps the PTTL it last saw) costs seconds, not 30.
+	const watchdog = 5 * time.Second
+	h := newHistory(5*time.Second, watchdog)
 	name := redistest.Prefix(t) + "lock"
 	type worker struct {
 		label string
@@ -288,12 +325,12 @@ func TestMixedWorkload(t *testing.T) {
 	}
 	var workers []worker
 	for i := range 2 {
-		c, err := fairlock.NewClient(recordedClient(t, b, h))
+		c, err := fairlock.NewClient(recordedClient(t, b, h), fairlock.WithLease(watchdog))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = c.Close() })
-		rc := newRClient(recordedClient(t, b, h), h)
+		rc := newRClient(recordedClient(t, b, h), h, watchdog)
 		t.Cleanup(rc.Close)
 		for j := range perKind {
 			m, err := fair.New(c, name)
@@ -337,8 +374,8 @@ func TestMixedWorkload(t *testing.T) {
 				if wait > 0 {
 					label += fmt.Sprintf(" TryLock(%v)", wait)
 				}
-				a := h.begin(&attempt{owner: w.owner, label: label, queues: true, wait: wait})
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				a := h.begin(&attempt{owner: w.owner, label: label, queues: true, wait: wait, slot: wait})
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				ok, err := w.lock(withAttempt(ctx, a), wait)
 				cancel()
 				h.finish(a, ok, err)

@@ -180,6 +180,7 @@ type rClient struct {
 	nextTID int64
 	stop    chan struct{}
 	done    chan struct{}
+	bg      sync.WaitGroup // fire-and-forget latch deletions
 }
 
 // rRenewal is the watchdog's entry for one lock name: one thread id per
@@ -190,7 +191,12 @@ type rRenewal struct {
 	owner   map[int64]string
 }
 
-func newRClient(rdb *redis.Client, h *history) *rClient {
+// newRClient starts a Redisson-rule client; watchdog is its
+// lockWatchdogTimeout (0: Redisson's default, 30 s).
+func newRClient(rdb *redis.Client, h *history, watchdog time.Duration) *rClient {
+	if watchdog <= 0 {
+		watchdog = 30 * time.Second
+	}
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
@@ -198,7 +204,7 @@ func newRClient(rdb *redis.Client, h *history) *rClient {
 	x := hex.EncodeToString(b[:])
 	c := &rClient{
 		id:  x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32],
-		rdb: rdb, h: h, watchdog: 30 * time.Second, slot: 300 * time.Second,
+		rdb: rdb, h: h, watchdog: watchdog, slot: 300 * time.Second,
 		renew: map[string]*rRenewal{}, stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	go c.watchdogLoop()
@@ -213,6 +219,7 @@ func (c *rClient) Close() {
 		close(c.stop)
 		<-c.done
 	}
+	c.bg.Wait()
 }
 
 // watchdogLoop renews every registered hold every lockWatchdogTimeout/3,
@@ -558,6 +565,10 @@ func (l *rLock) Unlock(ctx context.Context) error {
 	if n, _ := v.(int64); n == 1 {
 		l.ilease = l.c.watchdog
 	}
-	go func() { _ = l.c.rdb.Del(context.Background(), latch).Err() }()
+	l.c.bg.Add(1)
+	go func() {
+		defer l.c.bg.Done()
+		_ = l.c.rdb.Del(context.Background(), latch).Err()
+	}()
 	return nil
 }
