@@ -667,8 +667,10 @@ func TestFairClientMiniredis(t *testing.T) {
 
 // livenessShare is the share of the rapid checks (-rapid.checks,
 // RAPID_CHECKS) that TestFairClientLiveness runs per engine and grace: its
-// sequences take seconds of real time each, the untimed ones milliseconds.
-const livenessShare = 100
+// sequences take seconds of real time each (about 5 s), the untimed ones
+// milliseconds. ci.sh's 1000 checks give 5 sequences per subtest, about
+// 30 s with the four in parallel; the default run 2 each, about 12 s.
+const livenessShare = 200
 
 // TestFairClientLiveness is the timed machine on a real redis-server, for
 // each engine with the grace off and at 1 s: checks/livenessShare sequences
