@@ -3,6 +3,7 @@ package propertytests
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -32,9 +33,15 @@ import (
 //
 // TestCorruptStateScriptsReturn builds a random well-formed state with every
 // script set (reentrant, fair Redisson-compatible engine, scalable engine;
-// three lock names, several owners, random clocks), corrupts it at random
-// (see corruptions), and then runs every script of every set on it, twice
-// over in random orders, with random valid arguments. Each call must return
+// three lock names, six owners, random clocks and skews), corrupts it at
+// random (one to three of the kinds in corruptions: keys, hash fields, list
+// items and zset members deleted, duplicated or added, links of the
+// scalable queue pointed elsewhere or at themselves, numbers and scores
+// replaced by garbage, keys replaced by keys of another type, the other
+// engine's queue created), and then runs every script of every set on it,
+// twice over in random orders, with random valid arguments (an owner that is
+// often the holder, the head or a queued waiter; any client clock from a
+// minute before the start to twenty minutes after it). Each call must return
 // (a reply or an error reply) within corruptBound; on redis-server (a server
 // the test starts, busy-reply-threshold 500 ms) a second connection PINGs
 // while the call runs and a BUSY reply fails the call at once; on miniredis
@@ -47,13 +54,17 @@ import (
 // before looping (UNKILLABLE); on miniredis a pre-command hook makes every
 // Redis command the script issues fail, which ends the script at its next
 // redis.call. A script that looped without calling Redis could not be
-// stopped there: its goroutine would be left running (the test says so).
+// stopped there: its goroutine would be left running and that miniredis
+// blocked (the failure says so).
 //
-// CORRUPT_SURVEY=1 turns hangs into findings instead of failures, so that a
-// long run (RAPID_CHECKS=2000) lists every outcome: the table of error
-// replies, error replies after writes (the state is left half-changed),
-// odd replies and hangs, per script, with the shortest corruption seen for
-// each. The table is logged at the end of every run (go test -v).
+// Besides hangs, every call's outcome is tabulated per script and logged
+// (go test -v) when the test passes: error replies (with file:line in lua/),
+// error replies after the script had written (the state is left
+// half-changed: Redis does not roll a script back), and replies no
+// consistent state gives (a negative or huge wait). CORRUPT_SURVEY=1 turns
+// hangs into entries of that table instead of failures, so that a long run
+// (CORRUPT_SURVEY=1 RAPID_CHECKS=1500 go test -run TestCorruptState -v) lists
+// every outcome with the shortest corruptions that led to it.
 
 const (
 	corruptBound  = 5 * time.Second // a call must return within this
@@ -194,9 +205,11 @@ func (r *realHangTarget) stop(done chan error, start time.Time, why string) guar
 	}
 }
 
-// miniHangTarget is a fresh miniredis per sequence. A pre-command hook
-// counts the commands each call issues and, once a call is declared hung,
-// fails every command so that the script ends at its next redis.call.
+// miniHangTarget is a miniredis, emptied for each sequence. A pre-command
+// hook counts the commands each call issues and, once a call is declared
+// hung, fails every command so that the script ends at its next
+// redis.call. A miniredis whose script could not be stopped stays blocked
+// (its lock is held): the next sequence gets a new one.
 type miniHangTarget struct{ cur *miniRun }
 
 type miniRun struct {
@@ -207,10 +220,31 @@ type miniRun struct {
 	stuck bool // a call never returned: the server stays locked
 }
 
+func newMiniHangTarget(t *testing.T) *miniHangTarget {
+	mt := &miniHangTarget{}
+	t.Cleanup(func() { mt.close() })
+	return mt
+}
+
 func (*miniHangTarget) name() string { return "miniredis" }
+
+func (mt *miniHangTarget) close() {
+	if mt.cur != nil && !mt.cur.stuck { // a blocked miniredis cannot be closed: it holds its lock
+		_ = mt.cur.rdb.Close()
+		mt.cur.m.Close()
+	}
+	mt.cur = nil
+}
 
 func (mt *miniHangTarget) fresh(t tb) *redis.Client {
 	t.Helper()
+	if mt.cur != nil && !mt.cur.stuck {
+		if err := mt.cur.rdb.FlushAll(context.Background()).Err(); err != nil {
+			t.Fatalf("flushall: %v", err)
+		}
+		return mt.cur.rdb
+	}
+	mt.close()
 	run := &miniRun{m: miniredis.NewMiniRedis()}
 	if err := run.m.Start(); err != nil {
 		t.Fatalf("miniredis: %v", err)
@@ -225,12 +259,6 @@ func (mt *miniHangTarget) fresh(t tb) *redis.Client {
 	})
 	run.rdb = redis.NewClient(&redis.Options{Addr: run.m.Addr(), MaxRetries: -1,
 		ReadTimeout: 6 * corruptBound, WriteTimeout: 6 * corruptBound})
-	t.Cleanup(func() {
-		if !run.stuck { // a blocked miniredis cannot be closed: it holds its lock
-			_ = run.rdb.Close()
-			run.m.Close()
-		}
-	})
 	mt.cur = run
 	return run.rdb
 }
@@ -275,6 +303,8 @@ func (mt *miniHangTarget) guard(call func(context.Context) error) guarded {
 // corruptSeq is one sequence: build, corrupt, check.
 type corruptSeq struct {
 	ctx     context.Context
+	fair    *lua.Scripts
+	sc      *lua.ScalableScripts
 	tg      hangTarget
 	rdb     *redis.Client
 	clock   int64            // the true client clock while building, Unix ms
@@ -296,6 +326,8 @@ type scriptCall struct {
 }
 
 type callArgs struct {
+	fair  *lua.Scripts         // the reentrant and Redisson-compatible scripts
+	sc    *lua.ScalableScripts // the scalable engine's
 	k     lua.Keys
 	a     lua.Args
 	names []string // renew: the locks
@@ -304,57 +336,57 @@ type callArgs struct {
 
 var corruptCalls = []scriptCall{
 	{"Acquire", "reentrant", lua.FileAcquire, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		ok, ttl, err := lua.Default.Acquire(ctx, rdb, c.k, c.a)
+		ok, ttl, err := c.fair.Acquire(ctx, rdb, c.k, c.a)
 		return fmt.Sprintf("acquired=%v ttl=%d", ok, ttl), oddTTL(ok, ttl, -1), err
 	}},
 	{"Unlock", "reentrant", lua.FileUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		r, err := lua.Default.Unlock(ctx, rdb, c.k, c.a)
+		r, err := c.fair.Unlock(ctx, rdb, c.k, c.a)
 		return r.String(), "", err
 	}},
 	{"ForceUnlock", "reentrant", lua.FileForceUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		ok, err := lua.Default.ForceUnlock(ctx, rdb, c.k, c.a)
+		ok, err := c.fair.ForceUnlock(ctx, rdb, c.k, c.a)
 		return fmt.Sprint(ok), "", err
 	}},
 	{"Renew", "reentrant", lua.FileRenew, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		r, err := lua.Default.Renew(ctx, rdb, c.names, c.os, c.a.LeaseMs)
+		r, err := c.fair.Renew(ctx, rdb, c.names, c.os, c.a.LeaseMs)
 		return fmt.Sprint(r), "", err
 	}},
 	{"FairTryLock", "fair", lua.FileFairTryLock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		ok, err := lua.Default.FairTryLock(ctx, rdb, c.k, c.a)
+		ok, err := c.fair.FairTryLock(ctx, rdb, c.k, c.a)
 		return fmt.Sprint(ok), "", err
 	}},
 	{"FairTryLockWait", "fair", lua.FileFairTryLockWait, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		ok, ttl, err := lua.Default.FairTryLockWait(ctx, rdb, c.k, c.a)
+		ok, ttl, err := c.fair.FairTryLockWait(ctx, rdb, c.k, c.a)
 		return fmt.Sprintf("acquired=%v ttl=%d", ok, ttl), oddTTL(ok, ttl, -1), err
 	}},
 	{"FairAcquireFailed", "fair", lua.FileFairAcquireFailed, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		return "", "", lua.Default.FairAcquireFailed(ctx, rdb, c.k, c.a)
+		return "", "", c.fair.FairAcquireFailed(ctx, rdb, c.k, c.a)
 	}},
 	{"FairUnlock", "fair", lua.FileFairUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		r, err := lua.Default.FairUnlock(ctx, rdb, c.k, c.a)
+		r, err := c.fair.FairUnlock(ctx, rdb, c.k, c.a)
 		return r.String(), "", err
 	}},
 	{"FairForceUnlock", "fair", lua.FileFairForceUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		ok, err := lua.Default.FairForceUnlock(ctx, rdb, c.k, c.a)
+		ok, err := c.fair.FairForceUnlock(ctx, rdb, c.k, c.a)
 		return fmt.Sprint(ok), "", err
 	}},
 	{"ScalableTryLock", "scalable", lua.FileScalableTryLock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		ok, err := lua.ScalableDefault.TryLock(ctx, rdb, c.k, c.a)
+		ok, err := c.sc.TryLock(ctx, rdb, c.k, c.a)
 		return fmt.Sprint(ok), "", err
 	}},
 	{"ScalableTryLockWait", "scalable", lua.FileScalableTryLockWait, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		ok, ttl, err := lua.ScalableDefault.TryLockWait(ctx, rdb, c.k, c.a)
+		ok, ttl, err := c.sc.TryLockWait(ctx, rdb, c.k, c.a)
 		return fmt.Sprintf("acquired=%v ttl=%d", ok, ttl), oddTTL(ok, ttl, -1), err
 	}},
 	{"ScalableAcquireFailed", "scalable", lua.FileScalableAcquireFailed, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		return "", "", lua.ScalableDefault.AcquireFailed(ctx, rdb, c.k, c.a)
+		return "", "", c.sc.AcquireFailed(ctx, rdb, c.k, c.a)
 	}},
 	{"ScalableUnlock", "scalable", lua.FileScalableUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		r, err := lua.ScalableDefault.Unlock(ctx, rdb, c.k, c.a)
+		r, err := c.sc.Unlock(ctx, rdb, c.k, c.a)
 		return r.String(), "", err
 	}},
 	{"ScalableForceUnlock", "scalable", lua.FileScalableForceUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
-		ok, err := lua.ScalableDefault.ForceUnlock(ctx, rdb, c.k, c.a)
+		ok, err := c.sc.ForceUnlock(ctx, rdb, c.k, c.a)
 		return fmt.Sprint(ok), "", err
 	}},
 }
@@ -363,19 +395,30 @@ var corruptCalls = []scriptCall{
 // PTTL is -1 (no expiry) or positive; a wait is at least 1; and nothing here
 // is more than a few hours away.
 func oddTTL(acquired bool, ttl, low int64) string {
-	if acquired || ttl >= low && ttl < 24*3600*1000 {
+	switch {
+	case acquired || ttl >= low && ttl < 24*3600*1000:
 		return ""
+	case ttl == math.MinInt64:
+		return "wait -2^63 ms (a Lua number out of range: inf or NaN)"
+	case ttl < low:
+		return "negative wait"
 	}
-	return fmt.Sprintf("wait %d ms", ttl)
+	return "wait of more than a day"
 }
 
 func TestCorruptStateScriptsReturn(t *testing.T) {
+	checkCorruptState(t, lua.Default, lua.ScalableDefault)
+}
+
+// checkCorruptState runs the property with the given script sets (a fix can
+// be tried with lua.Edit / lua.EditScalable before it is made).
+func checkCorruptState(t *testing.T, fair *lua.Scripts, sc *lua.ScalableScripts) {
 	survey := os.Getenv("CORRUPT_SURVEY") == "1"
 	for _, be := range []struct {
 		name string
 		tg   func(*testing.T) hangTarget
 	}{
-		{"miniredis", func(*testing.T) hangTarget { return &miniHangTarget{} }},
+		{"miniredis", func(t *testing.T) hangTarget { return newMiniHangTarget(t) }},
 		{"redis-server", func(t *testing.T) hangTarget { return newRealHangTarget(t) }},
 	} {
 		t.Run(be.name, func(t *testing.T) {
@@ -389,7 +432,7 @@ func TestCorruptStateScriptsReturn(t *testing.T) {
 				}
 			})
 			rapid.Check(t, func(rt *rapid.T) {
-				s := &corruptSeq{ctx: context.Background(), tg: tg, rdb: tg.fresh(rt), clock: t0,
+				s := &corruptSeq{ctx: context.Background(), fair: fair, sc: sc, tg: tg, rdb: tg.fresh(rt), clock: t0,
 					skew: map[string]int64{}, stats: st, survey: survey}
 				st.sequence()
 				s.build(rt)
@@ -413,7 +456,7 @@ func (s *corruptSeq) build(t *rapid.T) {
 			}
 		}
 	}
-	steps := rapid.IntRange(0, 30).Draw(t, "build steps")
+	steps := rapid.IntRange(0, 20).Draw(t, "build steps")
 	for range steps {
 		switch op := rapid.SampledFrom([]string{"call", "call", "call", "call", "clock", "skew", "lease ends", "persist"}).Draw(t, "build op"); op {
 		case "clock":
@@ -474,7 +517,7 @@ func (s *corruptSeq) drawArgs(t *rapid.T, c scriptCall, checking bool) callArgs 
 		a.RequestID = "req" + strconv.Itoa(len(s.reqs)+1)
 		s.reqs = append(s.reqs, a.RequestID)
 	}
-	ca := callArgs{k: k, a: a}
+	ca := callArgs{fair: s.fair, sc: s.sc, k: k, a: a}
 	if c.label == "Renew" {
 		for i := range rapid.IntRange(1, 3).Draw(t, "batch") {
 			rk := k
@@ -533,7 +576,13 @@ func describeArgs(c scriptCall, ca callArgs) string {
 // state before the call, the corruptions and the calls before it), or in
 // survey mode is recorded and ends the sequence (ok false).
 func (s *corruptSeq) call(t *rapid.T, c scriptCall, ca callArgs, phase string) (reply string, ok bool, err error) {
-	before := s.snapshot()
+	// The state before the call: for the failure report and to see
+	// whether a call that failed wrote first. A well-formed state (while
+	// building) is not expected to fail: it is not read then.
+	before := "  (not read while building)\n"
+	if phase == "check" {
+		before = s.snapshot()
+	}
 	desc := c.label + " " + describeArgs(c, ca)
 	var r, odd string // written by the call's goroutine: read only once it has returned
 	g := s.tg.guard(func(ctx context.Context) error {
@@ -609,46 +658,67 @@ func (s *corruptSeq) check(t *rapid.T) {
 }
 
 // snapshot prints every key: type, whether it expires, and its contents
-// (hash fields, list items, zset members with scores, strings, sets).
+// (hash fields, list items, zset members with scores, strings, sets), in
+// three round trips.
 func (s *corruptSeq) snapshot() string {
 	keys, err := s.rdb.Keys(s.ctx, "*").Result()
 	if err != nil {
 		return "(cannot read the state: " + err.Error() + ")"
 	}
 	slices.Sort(keys)
+	types := make([]*redis.StatusCmd, len(keys))
+	ttls := make([]*redis.DurationCmd, len(keys))
+	pipe := s.rdb.Pipeline()
+	for i, k := range keys {
+		types[i], ttls[i] = pipe.Type(s.ctx, k), pipe.PTTL(s.ctx, k)
+	}
+	if _, err := pipe.Exec(s.ctx); err != nil {
+		return "(cannot read the state: " + err.Error() + ")"
+	}
+	bodies := make([]func() string, len(keys))
+	pipe = s.rdb.Pipeline()
+	for i, k := range keys {
+		switch types[i].Val() {
+		case "hash":
+			c := pipe.HGetAll(s.ctx, k)
+			bodies[i] = func() string {
+				fs := make([]string, 0, len(c.Val()))
+				for f, v := range c.Val() {
+					fs = append(fs, fmt.Sprintf("%s=%q", f, v))
+				}
+				slices.Sort(fs)
+				return strings.Join(fs, " ")
+			}
+		case "list":
+			c := pipe.LRange(s.ctx, k, 0, -1)
+			bodies[i] = func() string { return fmt.Sprintf("%q", c.Val()) }
+		case "zset":
+			c := pipe.ZRangeWithScores(s.ctx, k, 0, -1)
+			bodies[i] = func() string {
+				var ms []string
+				for _, z := range c.Val() {
+					ms = append(ms, fmt.Sprintf("%v=%s", z.Member, strconv.FormatFloat(z.Score, 'f', -1, 64)))
+				}
+				return strings.Join(ms, " ")
+			}
+		case "set":
+			c := pipe.SMembers(s.ctx, k)
+			bodies[i] = func() string { ms := slices.Sorted(slices.Values(c.Val())); return fmt.Sprintf("%q", ms) }
+		default:
+			c := pipe.Get(s.ctx, k)
+			bodies[i] = func() string { return fmt.Sprintf("%q", c.Val()) }
+		}
+	}
+	if _, err := pipe.Exec(s.ctx); err != nil && err != redis.Nil {
+		return "(cannot read the state: " + err.Error() + ")"
+	}
 	var b strings.Builder
-	for _, k := range keys {
-		typ := s.rdb.Type(s.ctx, k).Val()
+	for i, k := range keys {
 		exp := ""
-		if s.rdb.PTTL(s.ctx, k).Val() > 0 {
+		if ttls[i].Val() > 0 {
 			exp = ", expires"
 		}
-		var body string
-		switch typ {
-		case "hash":
-			m := s.rdb.HGetAll(s.ctx, k).Val()
-			fs := make([]string, 0, len(m))
-			for f, v := range m {
-				fs = append(fs, fmt.Sprintf("%s=%q", f, v))
-			}
-			slices.Sort(fs)
-			body = strings.Join(fs, " ")
-		case "list":
-			body = fmt.Sprintf("%q", s.rdb.LRange(s.ctx, k, 0, -1).Val())
-		case "zset":
-			var ms []string
-			for _, z := range s.rdb.ZRangeWithScores(s.ctx, k, 0, -1).Val() {
-				ms = append(ms, fmt.Sprintf("%v=%s", z.Member, strconv.FormatFloat(z.Score, 'f', -1, 64)))
-			}
-			body = strings.Join(ms, " ")
-		case "set":
-			ms := s.rdb.SMembers(s.ctx, k).Val()
-			slices.Sort(ms)
-			body = fmt.Sprintf("%q", ms)
-		default:
-			body = fmt.Sprintf("%q", s.rdb.Get(s.ctx, k).Val())
-		}
-		fmt.Fprintf(&b, "  %s (%s%s): %s\n", k, typ, exp, body)
+		fmt.Fprintf(&b, "  %s (%s%s): %s\n", k, types[i].Val(), exp, bodies[i]())
 	}
 	if b.Len() == 0 {
 		return "  (empty)\n"
@@ -877,7 +947,7 @@ func (s *corruptSeq) corrupt(t *rapid.T) {
 			continue
 		}
 		if err := s.rdb.Do(s.ctx, cmd...).Err(); err != nil && err != redis.Nil {
-			t.Fatalf("corrupting (%s) with %v: %v", c.kind, cmd, err)
+			continue // e.g. HSET on a key an earlier corruption made a list
 		}
 		s.kinds = append(s.kinds, c.kind)
 		s.applied = append(s.applied, describeCmd(cmd))
@@ -994,15 +1064,22 @@ func (st *corruptStats) log(t *testing.T) {
 // normalizeLuaError makes one line of an error reply: without the script's
 // SHA, with the line number turned into file:line of the lua/ sources.
 // redis-server: "ERR user_script:71: attempt to ... script: <sha>, on
-// @user_script:71."; miniredis: "ERR Error compiling script (new function):
-// :71: cannot perform ... stack traceback: ...".
+// @user_script:71." (a failed redis.call has no line before the message);
+// miniredis: "ERR Error compiling script (new function): :71: cannot
+// perform ... stack traceback: ...".
 var (
-	shaRE  = regexp.MustCompile(`\s*script: [0-9a-f]{40}, on @user_script:\d+\.?`)
-	lineRE = regexp.MustCompile(`(user_script:|^ERR :)(\d+):`)
+	shaRE  = regexp.MustCompile(`\s*script: [0-9a-f]{40}, on @user_script:(\d+)\.?`)
+	lineRE = regexp.MustCompile(`(user_script|^ERR ):(\d+):`)
 )
 
 func normalizeLuaError(file, msg string) string {
-	msg = shaRE.ReplaceAllString(msg, "")
+	line := func(s string) string { n, _ := strconv.Atoi(s); return sourceLine(file, n) }
+	if m := shaRE.FindStringSubmatch(msg); m != nil {
+		msg = strings.Replace(msg, m[0], "", 1)
+		if !lineRE.MatchString(msg) {
+			msg += " (at " + line(m[1]) + ")"
+		}
+	}
 	msg = strings.Replace(msg, "Error compiling script (new function): ", "", 1)
 	if i := strings.Index(msg, " stack traceback:"); i >= 0 {
 		msg = msg[:i]
@@ -1010,8 +1087,10 @@ func normalizeLuaError(file, msg string) string {
 	msg = strings.ReplaceAll(msg, "\n", " ")
 	return lineRE.ReplaceAllStringFunc(msg, func(m string) string {
 		sub := lineRE.FindStringSubmatch(m)
-		n, _ := strconv.Atoi(sub[2])
-		return strings.TrimSuffix(sub[1], ":") + sourceLine(file, n) + ":"
+		if sub[1] == "user_script" {
+			return line(sub[2]) + ":"
+		}
+		return sub[1] + line(sub[2]) + ":"
 	})
 }
 
@@ -1038,101 +1117,122 @@ func sourceLine(file string, n int) string {
 }
 
 // The known hang, deterministically: a node of the scalable queue loses one
-// of its fields (HDEL). The queue is a holder and three waiters A, B, C
-// (A the head); one field of A or B (or A's or B's whole node) is deleted;
-// then each scalable script is called on that state with a client clock past
-// every deadline, so that every pruning script has to remove the head. The
-// call must return (a reply or an error reply), and so must every scalable
-// script called after it on whatever state it left.
+// of its fields (HDEL). The queue is a holder and three waiters A, B, C (A
+// the head, 60 s apart); one field of A or B (or A's or B's whole node) is
+// deleted; then a scalable script is called on that state with a client
+// clock past every deadline, so that a pruning script has to remove the
+// head (and the others after it). The call must return (a reply or an error
+// reply), and so must every scalable script called after it on whatever
+// state it left.
 func TestScalableDeletedNodeFieldReturns(t *testing.T) {
-	const (
-		holder = "holder"
-		a      = "A"
-		b      = "B"
-		c      = "C"
-	)
-	cases := []struct {
-		name   string
-		fields []string
-	}{
-		{"HDEL n:A (the head's next)", []string{"n:" + a}},
-		{"HDEL p:A (the head's prev)", []string{"p:" + a}},
-		{"HDEL d:A (the head's delta)", []string{"d:" + a}},
-		{"HDEL n:B (the middle's next)", []string{"n:" + b}},
-		{"HDEL p:B (the middle's prev)", []string{"p:" + b}},
-		{"HDEL d:B (the middle's delta)", []string{"d:" + b}},
-		{"HDEL the head's node", []string{"n:" + a, "p:" + a, "d:" + a}},
-		{"HDEL the middle's node", []string{"n:" + b, "p:" + b, "d:" + b}},
+	var cases []scalableDamage
+	for _, d := range []struct{ name, fields string }{
+		{"HDEL n:A (the head's next)", "n:A"},
+		{"HDEL p:A (the head's prev)", "p:A"},
+		{"HDEL d:A (the head's delta)", "d:A"},
+		{"HDEL n:B (the middle's next)", "n:B"},
+		{"HDEL p:B (the middle's prev)", "p:B"},
+		{"HDEL d:B (the middle's delta)", "d:B"},
+		{"HDEL the head's node", "n:A p:A d:A"},
+		{"HDEL the middle's node", "n:B p:B d:B"},
+	} {
+		args := []any{"hdel", cxS.ScalableQueue()}
+		for _, f := range strings.Fields(d.fields) {
+			args = append(args, f)
+		}
+		cases = append(cases, scalableDamage{d.name, args})
 	}
+	runScalableDamage(t, lua.ScalableDefault, cases)
+}
+
+// The same for other single damages of the links and numbers that the
+// property test found to make a scalable script loop, at once or on a later
+// call.
+func TestScalableDamagedLinksReturn(t *testing.T) {
+	sq := cxS.ScalableQueue()
+	runScalableDamage(t, lua.ScalableDefault, []scalableDamage{
+		{"HSET h nobody (the head is not queued)", []any{"hset", sq, "h", "nobody"}},
+		{"HSET h '' (an empty head)", []any{"hset", sq, "h", ""}},
+		{"HSET p:A B (the head has a predecessor)", []any{"hset", sq, "p:A", "B"}},
+		{"HSET n:A A (a self-loop at the head)", []any{"hset", sq, "n:A", "A"}},
+		{"HSET p:B B (a self-loop in the middle)", []any{"hset", sq, "p:B", "B"}},
+		{"HSET hd x (the head's deadline is not a number)", []any{"hset", sq, "hd", "x"}},
+		{"HDEL td (no tail deadline)", []any{"hdel", sq, "td"}},
+	})
+}
+
+type scalableDamage struct {
+	name string
+	cmd  []any // run on the state: holder holds, A, B, C queued
+}
+
+func runScalableDamage(t *testing.T, sc *lua.ScalableScripts, cases []scalableDamage) {
+	const holder = "holder"
 	late := t0 + 3_600_000 // past every deadline
-	calls := []struct {
+	type call struct {
 		name string
 		run  func(ctx context.Context, rdb *redis.Client) error
-	}{
+	}
+	calls := []call{
 		{"TryLockWait by C", func(ctx context.Context, rdb *redis.Client) error {
-			_, _, err := lua.ScalableDefault.TryLockWait(ctx, rdb, cxS, lua.Args{Owner: c, LeaseMs: 30_000, WaitMs: 60_000, NowMs: late, GraceMs: 5000})
-			return err
-		}},
-		{"TryLock by C", func(ctx context.Context, rdb *redis.Client) error {
-			_, err := lua.ScalableDefault.TryLock(ctx, rdb, cxS, lua.Args{Owner: c, LeaseMs: 30_000, WaitMs: 60_000, NowMs: late})
+			_, _, err := sc.TryLockWait(ctx, rdb, cxS, lua.Args{Owner: "C", LeaseMs: 30_000, WaitMs: 60_000, NowMs: late, GraceMs: 5000})
 			return err
 		}},
 		{"Unlock by the holder", func(ctx context.Context, rdb *redis.Client) error {
-			_, err := lua.ScalableDefault.Unlock(ctx, rdb, cxS, lua.Args{Owner: holder, LeaseMs: 30_000, NowMs: late, GraceMs: 5000, RequestID: "u1", LatchMs: 10_000})
-			return err
-		}},
-		{"ForceUnlock", func(ctx context.Context, rdb *redis.Client) error {
-			_, err := lua.ScalableDefault.ForceUnlock(ctx, rdb, cxS, lua.Args{NowMs: late, GraceMs: 5000})
+			_, err := sc.Unlock(ctx, rdb, cxS, lua.Args{Owner: holder, LeaseMs: 30_000, NowMs: late, GraceMs: 5000, RequestID: "u1", LatchMs: 10_000})
 			return err
 		}},
 		{"AcquireFailed by A", func(ctx context.Context, rdb *redis.Client) error {
-			return lua.ScalableDefault.AcquireFailed(ctx, rdb, cxS, lua.Args{Owner: a, WaitMs: 60_000})
+			return sc.AcquireFailed(ctx, rdb, cxS, lua.Args{Owner: "A", WaitMs: 60_000})
 		}},
 		{"AcquireFailed by B", func(ctx context.Context, rdb *redis.Client) error {
-			return lua.ScalableDefault.AcquireFailed(ctx, rdb, cxS, lua.Args{Owner: b, WaitMs: 60_000})
+			return sc.AcquireFailed(ctx, rdb, cxS, lua.Args{Owner: "B", WaitMs: 60_000})
+		}},
+		{"TryLock by C", func(ctx context.Context, rdb *redis.Client) error {
+			_, err := sc.TryLock(ctx, rdb, cxS, lua.Args{Owner: "C", LeaseMs: 30_000, WaitMs: 60_000, NowMs: late})
+			return err
+		}},
+		{"ForceUnlock", func(ctx context.Context, rdb *redis.Client) error {
+			_, err := sc.ForceUnlock(ctx, rdb, cxS, lua.Args{NowMs: late, GraceMs: 5000})
+			return err
 		}},
 	}
+	firsts := calls[:4] // TryLock and ForceUnlock prune as TryLockWait and Unlock do
 	for _, be := range []struct {
 		name string
 		tg   func(*testing.T) hangTarget
 	}{
-		{"miniredis", func(*testing.T) hangTarget { return &miniHangTarget{} }},
+		{"miniredis", func(t *testing.T) hangTarget { return newMiniHangTarget(t) }},
 		{"redis-server", func(t *testing.T) hangTarget { return newRealHangTarget(t) }},
 	} {
 		t.Run(be.name, func(t *testing.T) {
 			tg := be.tg(t)
 			for _, cs := range cases {
-				for _, first := range calls {
-					t.Run(cs.name+"/"+first.name, func(t *testing.T) {
+				for _, first := range firsts {
+					t.Run(cs.name+"/"+first.name+" first", func(t *testing.T) {
 						ctx := context.Background()
 						rdb := tg.fresh(t)
 						s := &corruptSeq{ctx: ctx, tg: tg, rdb: rdb}
 						// The holder holds; A, B, C queue behind it, 60 s apart.
-						for _, o := range []string{holder, a, b, c} {
-							ok, _, err := lua.ScalableDefault.TryLockWait(ctx, rdb, cxS, lua.Args{Owner: o, LeaseMs: 300_000, WaitMs: 60_000, NowMs: t0, GraceMs: 5000})
+						for _, o := range []string{holder, "A", "B", "C"} {
+							ok, _, err := sc.TryLockWait(ctx, rdb, cxS, lua.Args{Owner: o, LeaseMs: 300_000, WaitMs: 60_000, NowMs: t0, GraceMs: 5000})
 							if err != nil || ok != (o == holder) {
 								t.Fatalf("building the queue: %s got (%v, %v)", o, ok, err)
 							}
 						}
-						if err := rdb.HDel(ctx, cxS.ScalableQueue(), cs.fields...).Err(); err != nil {
-							t.Fatal(err)
+						if err := rdb.Do(ctx, cs.cmd...).Err(); err != nil {
+							t.Fatalf("%v: %v", cs.cmd, err)
 						}
-						state := s.snapshot()
+						damaged := s.snapshot()
 						var done []string
-						for i, call := range append([]struct {
-							name string
-							run  func(ctx context.Context, rdb *redis.Client) error
-						}{first}, calls...) {
-							before := state
-							if i > 0 {
-								before = s.snapshot()
-							}
-							g := tg.guard(func(ctx context.Context) error { return call.run(ctx, rdb) })
+						for _, c := range append([]call{first}, calls...) {
+							before := s.snapshot()
+							g := tg.guard(func(ctx context.Context) error { return c.run(ctx, rdb) })
 							if g.hang != "" {
-								t.Fatalf("%s did not return on %s: %s\nits error after being stopped: %v\nafter %s; the state then:\n%s\nthe state before this call:\n%s\ncalls before it: %s",
-									call.name, tg.name(), g.hang, g.err, cs.name, state, before, orNone(done))
+								t.Fatalf("%s did not return on %s: %s\n%s\ncalls before it: %s\nthe state after %s:\n%sthe state before this call:\n%s",
+									c.name, tg.name(), g.hang, g.detail, orNone(done), cs.name, damaged, before)
 							}
-							done = append(done, fmt.Sprintf("%s -> %v", call.name, outcomeOf("", g.err)))
+							done = append(done, fmt.Sprintf("%s -> %v", c.name, outcomeOf("", g.err)))
 						}
 					})
 				}
