@@ -391,6 +391,34 @@ var corruptCalls = []scriptCall{
 	}},
 }
 
+// Draws by name, so that rapid's log of a failing sequence reads well.
+
+func drawLock(t *rapid.T) lua.Keys {
+	switch rapid.SampledFrom([]string{cxR.Name, cxF.Name, cxS.Name}).Draw(t, "lock") {
+	case cxR.Name:
+		return cxR
+	case cxF.Name:
+		return cxF
+	}
+	return cxS
+}
+
+func drawCall(t *rapid.T) scriptCall {
+	var labels []string
+	for _, c := range corruptCalls {
+		labels = append(labels, c.label)
+	}
+	return corruptCalls[slices.Index(labels, rapid.SampledFrom(labels).Draw(t, "script"))]
+}
+
+func drawCorruption(t *rapid.T) corruption {
+	var kinds []string
+	for _, c := range corruptions {
+		kinds = append(kinds, c.kind)
+	}
+	return corruptions[slices.Index(kinds, rapid.SampledFrom(kinds).Draw(t, "corruption"))]
+}
+
 // oddTTL flags a "ms to wait" reply that no consistent state produces: a
 // PTTL is -1 (no expiry) or positive; a wait is at least 1; and nothing here
 // is more than a few hours away.
@@ -464,7 +492,7 @@ func (s *corruptSeq) build(t *rapid.T) {
 		case "skew":
 			s.skew[rapid.SampledFrom(clients).Draw(t, "client")] = rapid.Int64Range(-6, 6).Draw(t, "skew") * 1000
 		case "lease ends", "persist":
-			k := rapid.SampledFrom([]lua.Keys{cxR, cxF, cxS}).Draw(t, "lock")
+			k := drawLock(t)
 			cmd := []any{"del", k.Name}
 			if op == "persist" {
 				cmd = []any{"persist", k.Name}
@@ -473,7 +501,7 @@ func (s *corruptSeq) build(t *rapid.T) {
 				t.Fatalf("%v: %v", cmd, err)
 			}
 		default:
-			c := rapid.SampledFrom(corruptCalls).Draw(t, "script")
+			c := drawCall(t)
 			a := s.drawArgs(t, c, false)
 			_, _, err := s.call(t, c, a, "build")
 			if err != nil {
@@ -496,7 +524,7 @@ func (s *corruptSeq) drawArgs(t *rapid.T, c scriptCall, checking bool) callArgs 
 	case "scalable":
 		k = cxS
 	default:
-		k = rapid.SampledFrom([]lua.Keys{cxR, cxF, cxS}).Draw(t, "lock")
+		k = drawLock(t)
 	}
 	owner := s.drawOwner(t, k, c.set)
 	now := s.clock + s.skew[clientOf(owner)] // drawOwner draws from owners only
@@ -522,7 +550,7 @@ func (s *corruptSeq) drawArgs(t *rapid.T, c scriptCall, checking bool) callArgs 
 		for i := range rapid.IntRange(1, 3).Draw(t, "batch") {
 			rk := k
 			if i > 0 {
-				rk = rapid.SampledFrom([]lua.Keys{cxR, cxF, cxS}).Draw(t, "lock")
+				rk = drawLock(t)
 			}
 			ca.names = append(ca.names, rk.Name)
 			ca.os = append(ca.os, s.drawOwner(t, rk, "reentrant"))
@@ -880,7 +908,7 @@ var corruptions = []corruption{
 		return []any{"zadd", cxF.Timeouts, rapid.SampledFrom(garbageScores).Draw(t, "score"), rapid.SampledFrom(ms).Draw(t, "member")}
 	}},
 	{"lock hash: damage", func(s *corruptSeq, t *rapid.T, v *stateView) []any {
-		k := rapid.SampledFrom([]lua.Keys{cxR, cxF, cxS}).Draw(t, "lock").Name
+		k := drawLock(t).Name
 		fs := v.fields[k]
 		switch rapid.IntRange(0, 2).Draw(t, "how") {
 		case 0: // a second holder
@@ -890,11 +918,11 @@ var corruptions = []corruption{
 				return []any{"hdel", k, rapid.SampledFrom(fs).Draw(t, "field")}
 			}
 		}
-		o := rapid.SampledFrom(append(fs, owners...)).Draw(t, "owner")
+		o := rapid.SampledFrom(slices.Concat(fs, owners)).Draw(t, "owner")
 		return []any{"hset", k, o, rapid.SampledFrom(garbageNumbers).Draw(t, "count")}
 	}},
 	{"latch: garbage", func(s *corruptSeq, t *rapid.T, v *stateView) []any {
-		k := rapid.SampledFrom([]lua.Keys{cxR, cxF, cxS}).Draw(t, "lock")
+		k := drawLock(t)
 		req := "req" + strconv.Itoa(rapid.IntRange(1, len(s.reqs)+3).Draw(t, "request"))
 		return []any{"set", k.Latch(req), rapid.SampledFrom([]string{"x", "", "2", "-1", "1.5", "0x1"}).Draw(t, "value"), "px", 600_000}
 	}},
@@ -941,7 +969,7 @@ return redis.call('zadd', KEYS[1], 1, 'cA:1')`, 1, k, kind}
 func (s *corruptSeq) corrupt(t *rapid.T) {
 	n := rapid.IntRange(1, 3).Draw(t, "corruptions")
 	for range n {
-		c := rapid.SampledFrom(corruptions).Draw(t, "corruption")
+		c := drawCorruption(t)
 		cmd := c.apply(s, t, s.view(t))
 		if cmd == nil {
 			continue
