@@ -63,8 +63,9 @@ import (
 // half-changed: Redis does not roll a script back), and replies no
 // consistent state gives (a negative or huge wait). CORRUPT_SURVEY=1 turns
 // hangs into entries of that table instead of failures, so that a long run
-// (CORRUPT_SURVEY=1 RAPID_CHECKS=1500 go test -run TestCorruptState -v) lists
-// every outcome with the shortest corruptions that led to it.
+// lists every outcome with the shortest corruptions that led to it:
+//
+//	CORRUPT_SURVEY=1 RAPID_CHECKS=1500 go test ./propertytests/ -run TestCorruptState -v
 
 const (
 	corruptBound  = 5 * time.Second // a call must return within this
@@ -103,8 +104,7 @@ type hangTarget interface {
 }
 
 type guarded struct {
-	err  error
-	took time.Duration
+	err error
 	// hang says why the call counts as not returning and how it was
 	// stopped ("" if it returned), in words that do not depend on timing,
 	// so that rapid sees the same failure when it replays a sequence;
@@ -160,7 +160,7 @@ func (r *realHangTarget) guard(call func(context.Context) error) guarded {
 	for {
 		select {
 		case err := <-done:
-			return guarded{err: err, took: time.Since(start)}
+			return guarded{err: err}
 		case <-tick.C:
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			err := r.mon.Ping(ctx).Err()
@@ -197,10 +197,10 @@ func (r *realHangTarget) stop(done chan error, start time.Time, why string) guar
 	detected := time.Since(start)
 	select {
 	case err := <-done:
-		return guarded{err: err, took: time.Since(start), hang: why + "; " + how,
+		return guarded{err: err, hang: why + "; " + how,
 			detail: fmt.Sprintf("declared hung %v after it began; its reply once stopped: %v", detected.Round(time.Millisecond), err)}
 	case <-time.After(corruptBound):
-		return guarded{took: time.Since(start), hang: why + "; " + how + "; the call still has not returned (its goroutine is left behind)",
+		return guarded{hang: why + "; " + how + "; the call still has not returned (its goroutine is left behind)",
 			detail: fmt.Sprintf("declared hung %v after it began", detected.Round(time.Millisecond))}
 	}
 }
@@ -277,7 +277,7 @@ func (mt *miniHangTarget) guard(call func(context.Context) error) guarded {
 	for why == "" {
 		select {
 		case err := <-done:
-			return guarded{err: err, took: time.Since(start)}
+			return guarded{err: err}
 		case <-tick.C:
 			if n := run.cmds.Load(); n > miniBudget {
 				why = fmt.Sprintf("the call issued more than %d Redis commands", miniBudget)
@@ -291,11 +291,11 @@ func (mt *miniHangTarget) guard(call func(context.Context) error) guarded {
 	defer run.kill.Store(false)
 	select {
 	case err := <-done:
-		return guarded{err: err, took: time.Since(start), hang: why + "; stopped by failing its next Redis command",
+		return guarded{err: err, hang: why + "; stopped by failing its next Redis command",
 			detail: fmt.Sprintf("declared hung %v after it began; its reply once stopped: %v", detected.Round(time.Millisecond), err)}
 	case <-time.After(corruptBound):
 		run.stuck = true
-		return guarded{took: time.Since(start), hang: why + "; could not be stopped (no Redis command in its loop): its goroutine is left running",
+		return guarded{hang: why + "; could not be stopped (no Redis command in its loop): its goroutine is left running",
 			detail: fmt.Sprintf("declared hung %v after it began", detected.Round(time.Millisecond))}
 	}
 }
