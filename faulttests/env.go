@@ -374,8 +374,18 @@ func (e *Env) CheckLeftovers() []Violation {
 		sort.Strings(keys)
 		for _, k := range keys {
 			pttl, _ := p.PTTL(ctx, k).Result()
+			if pttl == -2 { // expired between SCAN and PTTL: gone
+				continue
+			}
 			var owners []string
 			switch {
+			case strings.HasPrefix(k, "fairlock_grace:"):
+				// the head grace: the head's owner id, PTTL = grace left
+				// plus a 60 s margin (lua/fair_common.lua)
+				if pttl <= 0 || pttl > HeadGrace+60*time.Second {
+					bad("grace key %s has TTL %v (want at most %v)", k, pttl, HeadGrace+60*time.Second)
+				}
+				continue
 			case strings.HasPrefix(k, "redisson_unlock_latch:") || strings.HasPrefix(k, "fairlock_acquire_latch:"):
 				if pttl <= 0 || pttl > LatchTTL {
 					bad("latch %s has TTL %v (want at most %v)", k, pttl, LatchTTL)
