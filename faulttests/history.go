@@ -239,7 +239,10 @@ func (v Violation) String() string {
 // History is everything a run recorded, on one monotonic clock (time since
 // the run's start).
 type History struct {
-	base time.Time
+	// StrictOrder makes CheckOrder promise a TryLockFor waiter its place
+	// too (see CheckOrder: a known open bug breaks that promise).
+	StrictOrder bool
+	base        time.Time
 
 	mu       sync.Mutex
 	Locks    map[string]LockKind
