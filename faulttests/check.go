@@ -205,15 +205,6 @@ func CheckOrder(h *History) []Violation {
 		if ix.faultedDuring(c.Client, c.Start, c.End) {
 			continue
 		}
-		if c.Op == "TryLockFor" && !h.StrictOrder {
-			// Known open bug (issue 12, see TestFairTryLockForKeepsItsPlace):
-			// a TryLockFor waiter's slot is its wait, and Redisson's deadline
-			// arithmetic (kept for Java compatibility) prunes it before its
-			// wait ends when the waiter ahead was granted later than the
-			// lease it joined behind predicted (a watchdog-renewed holder).
-			// Until that is fixed its place is not promised here.
-			continue
-		}
 		bad := false
 		for _, f := range h.Faults {
 			if f.Kind.breaksOrder() && overlaps(f.Start, f.End, js[0].Start, c.End) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -235,7 +234,6 @@ func TestFaultClose(t *testing.T) {
 func TestFaultFairWaiterOversleep(t *testing.T) {
 	eachKind(t, fairKinds, func(t *testing.T, k LockKind) {
 		e := NewSingle(t)
-		e.H.StrictOrder = true
 		s := e.Script()
 		var hs []*Handle
 		for i := 0; i < 4; i++ {
@@ -480,12 +478,8 @@ func warm(t *testing.T, h *Handle) {
 // by the watchdog), and a Lock waiter queues behind it: it must still be
 // granted before the Lock waiter that joined after it.
 func TestFairTryLockForKeepsItsPlace(t *testing.T) {
-	if os.Getenv("FAULT_KNOWN_BUGS") == "" {
-		t.Skip("known open bug (issue 12): Redisson's deadline arithmetic prunes this TryLockFor waiter before its wait ends; FAULT_KNOWN_BUGS=1 runs it")
-	}
 	eachKind(t, fairKinds, func(t *testing.T, k LockKind) {
 		e := NewSingle(t)
-		e.H.StrictOrder = true
 		s := e.Script()
 		var hs []*Handle
 		for i := 0; i < 4; i++ {

@@ -239,10 +239,7 @@ func (v Violation) String() string {
 // History is everything a run recorded, on one monotonic clock (time since
 // the run's start).
 type History struct {
-	// StrictOrder makes CheckOrder promise a TryLockFor waiter its place
-	// too (see CheckOrder: a known open bug breaks that promise).
-	StrictOrder bool
-	base        time.Time
+	base time.Time
 
 	mu       sync.Mutex
 	Locks    map[string]LockKind

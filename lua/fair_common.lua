@@ -100,7 +100,7 @@ end
 -- out while the lock is free. Nobody else's deadline moves: a dead waiter's
 -- time was spent in real time. At most one pass per queued waiter. head:
 -- the head (q_front); returns the head afterwards.
-local function prune(caller, now, head)
+local function prune(caller, now, head, grace)
     local free, graced, left, limit
     while head and head ~= caller do
         if free == nil then
@@ -110,7 +110,12 @@ local function prune(caller, now, head)
             end
         end
         local deadline = q_head_deadline(head)
-        if deadline and deadline > now and not (graced == head and left <= 0) then
+        -- With the grace on (grace > 0), the deadline alone never prunes:
+        -- it is Redisson's estimate (the lease at join time plus slots),
+        -- which a holder renewed by its watchdog outlasts, and a live
+        -- waiter would lose its place before its own slot ran out. A dead
+        -- head is pruned by its grace once the lock is free.
+        if deadline and (grace > 0 or deadline > now) and not (graced == head and left <= 0) then
             break
         end
         limit = (limit or q_size()) - 1
@@ -221,7 +226,13 @@ local function reply(owner, now, grace, head, second)
     end
     local wait = (q_head_deadline(head) or now) - now
     local graced, left = grace_read()
-    if graced == head and left < wait then
+    if grace > 0 then
+        -- the deadline does not prune (see prune): only the grace's end can
+        wait = grace
+        if graced == head then
+            wait = left
+        end
+    elseif graced == head and left < wait then
         wait = left
     end
     return math.max(1, wait)

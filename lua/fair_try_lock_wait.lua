@@ -37,7 +37,7 @@ if replay then
     return replay
 end
 local head, head0, second0 = begin()
-head = prune(owner, now, head)
+head = prune(owner, now, head, grace)
 local held, cut = take_or_reenter(owner, ARGV[1], wait, head)
 if held then
     latch_grant(KEYS[5], ARGV[6])

@@ -45,7 +45,7 @@ if latched then
 end
 fair_init(lock, KEYS[2], KEYS[3], KEYS[6], KEYS[4], KEYS[7], ARGV[5], ARGV[1], true)
 local head, head0, second0 = begin()
-prune(owner, now, head)
+prune(owner, now, head, grace)
 local result, freed = nil, false
 if redis.call('exists', lock) == 0 then
     freed = true

@@ -40,8 +40,11 @@ import "slices"
 //
 // Pruning. Before anything else every fair script but acquireFailed drops
 // dead heads: while the head has no deadline (H1: Redisson stops there and
-// blocks for ever), or its deadline is at or before the caller's now, or the
-// lock is free and the head's grace ran out, the head is removed. Nobody
+// blocks for ever), or the lock is free and the head's grace ran out, or
+// (only when the caller's grace is off: Redisson's rule) its deadline is at
+// or before the caller's now, the head is removed. With the grace on, a
+// deadline alone never prunes: it is an estimate that a holder renewed by
+// its watchdog outlasts, and a live waiter would lose its place early. Nobody
 // else's deadline moves. Not in Redisson: the caller is never pruned by its
 // own call (it is alive by definition), so a head whose deadline passed
 // still takes a free lock, and a clock that lags or leads cannot make a live
@@ -74,7 +77,7 @@ const GraceMargin int64 = 60_000
 func (l *Lock) FairTryLock(server, now int64, owner string, leaseMs, waitMs, graceMs int64) (acquired bool) {
 	l.Advance(server)
 	head0, second0 := l.front()
-	l.prune(server, now, owner)
+	l.prune(server, now, owner, graceMs)
 	held, cut := l.takeOrReenter(server, owner, leaseMs, waitMs)
 	l.finish(server, "", head0, second0, cut, graceMs)
 	return held
@@ -98,7 +101,7 @@ func (l *Lock) FairTryLock(server, now int64, owner string, leaseMs, waitMs, gra
 func (l *Lock) FairTryLockWait(server, now int64, owner string, leaseMs, waitMs, graceMs int64) (acquired bool, ttlMs int64) {
 	l.Advance(server)
 	head0, second0 := l.front()
-	l.prune(server, now, owner)
+	l.prune(server, now, owner, graceMs)
 	if held, cut := l.takeOrReenter(server, owner, leaseMs, waitMs); held {
 		l.finish(server, owner, head0, second0, cut, graceMs)
 		return true, 0
@@ -144,7 +147,7 @@ func (l *Lock) FairUnlock(server, now int64, owner string, leaseMs int64, reques
 		return r
 	}
 	head0, second0 := l.front()
-	l.prune(server, now, owner)
+	l.prune(server, now, owner, graceMs)
 	result, freed := NotHeld, false
 	switch {
 	case !l.Locked():
@@ -173,7 +176,7 @@ func (l *Lock) FairUnlock(server, now int64, owner string, leaseMs int64, reques
 func (l *Lock) FairForceUnlock(server, now int64, graceMs int64) bool {
 	l.Advance(server)
 	head0, second0 := l.front()
-	l.prune(server, now, "")
+	l.prune(server, now, "", graceMs)
 	deleted := l.Locked()
 	clear(l.Holds)
 	if deleted {
@@ -208,7 +211,7 @@ func (l *Lock) front() (head, second string) {
 // prune removes dead heads, never caller: a head without a deadline (H1),
 // with a deadline at or before now, or, while the lock is free, whose grace
 // ran out. Deadlines of the others stay.
-func (l *Lock) prune(server, now int64, caller string) {
+func (l *Lock) prune(server, now int64, caller string, graceMs int64) {
 	free := !l.Locked()
 	graced, left, hasGrace := l.Grace(server)
 	for len(l.Queue) > 0 {
@@ -217,7 +220,14 @@ func (l *Lock) prune(server, now int64, caller string) {
 			return
 		}
 		d, ok := l.Deadlines[head]
-		if ok && d > now && !(free && hasGrace && graced == head && left <= 0) {
+		graceOver := free && hasGrace && graced == head && left <= 0
+		// With the grace on, the deadline alone never prunes: it is
+		// Redisson's estimate (the lease at join time plus slots), which a
+		// holder renewed by its watchdog outlasts, and a live waiter would
+		// lose its place before its own slot ran out. A dead head is
+		// pruned by its grace once the lock is free; while the lock is
+		// held a dead waiter blocks nobody.
+		if ok && (graceMs > 0 || d > now) && !graceOver {
 			return
 		}
 		delete(l.Deadlines, head)
@@ -315,7 +325,13 @@ func (l *Lock) reply(server, now int64, owner string, graceMs int64) int64 {
 	if d, ok := l.Deadlines[head]; ok {
 		wait = d - now
 	}
-	if graced, left, ok := l.Grace(server); ok && graced == head && left < wait {
+	graced, left, ok := l.Grace(server)
+	switch {
+	case graceMs > 0 && ok && graced == head:
+		wait = left // the deadline does not prune: only the grace's end can
+	case graceMs > 0:
+		wait = graceMs
+	case ok && graced == head && left < wait:
 		wait = left
 	}
 	return max(1, wait)

@@ -414,7 +414,7 @@ func (h *History) checkReply(s Step, add func(string, ...any)) {
 	if r < 1 {
 		add("%s was told %d on a free lock", s.Owner, r)
 	}
-	if d, ok := after.Deadlines[head]; ok && r > max(1, d-s.Now) {
+	if d, ok := after.Deadlines[head]; ok && s.GraceMs <= 0 && r > max(1, d-s.Now) {
 		add("%s was told to sleep %d, past the head's deadline in %d", s.Owner, r, d-s.Now)
 	}
 	if after.GraceOwner == head {
