@@ -165,7 +165,9 @@ func (c *Client) ID() string {
 //   - new acquisitions fail with ErrClosed;
 //   - the watchdog and the pub/sub connections are stopped.
 //
-// Close never waits more than about twice the cleanup timeout. It does not
+// Close is bounded: it waits at most about three cleanup timeouts plus one
+// renewal period (lease/3) and a few seconds, and with a healthy Redis it
+// returns at once. It does not
 // close the Redis client. Closing a zero Client, or closing twice, is a no-op.
 func (c *Client) Close() error {
 	if c == nil || c.s == nil {
