@@ -167,8 +167,8 @@ func (c *Client) ID() string {
 //
 // Close is bounded: it waits at most about three cleanup timeouts plus one
 // renewal period (lease/3) and a few seconds, and with a healthy Redis it
-// returns at once. It does not
-// close the Redis client. Closing a zero Client, or closing twice, is a no-op.
+// returns at once. It does not close the Redis client. Closing a zero
+// Client, or closing twice, is a no-op.
 func (c *Client) Close() error {
 	if c == nil || c.s == nil {
 		return nil
