@@ -87,8 +87,3 @@ func callErr(ctx context.Context, f func(context.Context) error) error {
 	_, err := call(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
 	return err
 }
-
-// callErr2 is call; the name reads better at cleanup sites.
-func callErr2[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	return call(ctx, f)
-}

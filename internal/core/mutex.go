@@ -195,13 +195,13 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 			// The lease ran out before the reply was in hand (a slow
 			// network, a long replica wait): give the hold back and go on
 			// with a new request id.
-			m.undo(a, true)
+			m.undo(a)
 			a.AcquireID = RequestID()
 			suspect = false
 			return false, 0, nil
 		}
 		if !m.granted(sent, a.LeaseMs, watchdogKept) {
-			m.undo(a, true) // closed meanwhile
+			m.undo(a) // closed meanwhile
 			return false, 0, ErrClosed
 		}
 		return true, 0, nil
@@ -376,7 +376,7 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 	unlockArgs.RequestID = a.AcquireID + "g"
 	work := func(ctx context.Context) error {
 		if !undone {
-			held, err := callErr2(ctx, func(ctx context.Context) (bool, error) {
+			held, err := call(ctx, func(ctx context.Context) (bool, error) {
 				return m.S.Scripts.Abandon(ctx, m.S.RDB, m.Keys, a)
 			})
 			if err != nil {
@@ -387,7 +387,7 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 		if needUnlock {
 			unlockArgs.NowMs = m.S.WallMs()
 			ua := unlockArgs
-			if _, err := callErr2(ctx, func(ctx context.Context) (lua.UnlockResult, error) {
+			if _, err := call(ctx, func(ctx context.Context) (lua.UnlockResult, error) {
 				return m.E.Unlock(ctx, ua)
 			}); err != nil && !isScriptError(err) {
 				return err
@@ -427,7 +427,7 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 
 // undo gives back a hold the request a took (it holds the lock now, or may):
 // the request is voided and one hold released, bounded by CleanupTime.
-func (m *Mutex) undo(a lua.Args, suspect bool) { m.cleanup(a, false, suspect, 0) }
+func (m *Mutex) undo(a lua.Args) { m.cleanup(a, false, true, 0) }
 
 func (m *Mutex) unlockArgs(leaseMs int64) lua.Args {
 	return lua.Args{
