@@ -130,8 +130,9 @@ func unlockResult(cmd *redis.Cmd) (UnlockResult, error) {
 // reports whether the owner holds the lock now, and otherwise the holder's
 // remaining lease in ms.
 func (s *Scripts) Acquire(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
-	acquired, ttlMs, err = nilOrInt(s.Script(FileAcquire).Run(ctx, rdb,
-		[]string{k.Name, a.acquireLatch(k)}, a.LeaseMs, a.Owner, a.acquireLatchMs()))
+	c := s.cmd(FileAcquire, 2, 3)
+	c.key(k.Name).str(a.acquireLatch(k)).num(a.LeaseMs).key(a.Owner).num(a.acquireLatchMs())
+	acquired, ttlMs, err = nilOrInt(c.run(ctx, rdb))
 	return acquired, ttlMs, acquireErr(err)
 }
 
@@ -149,9 +150,10 @@ func (s *Scripts) Abandon(ctx context.Context, rdb redis.Scripter, k Keys, a Arg
 
 // Unlock runs unlock.lua (reads Owner, LeaseMs, RequestID, LatchMs, PubCmd).
 func (s *Scripts) Unlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
-	return unlockResult(s.Script(FileUnlock).Run(ctx, rdb,
-		[]string{k.Name, k.Channel, k.Latch(a.RequestID), k.Queue, k.ScalableQueue()},
-		UnlockMessage, a.LeaseMs, a.Owner, a.pubCmd(), a.LatchMs))
+	c := s.cmd(FileUnlock, 5, 5)
+	c.key(k.Name).key(k.Channel).str(k.Latch(a.RequestID)).key(k.Queue).key(k.ScalableQueue())
+	c.key(UnlockMessage).num(a.LeaseMs).key(a.Owner).key(a.pubCmd()).num(a.LatchMs)
+	return unlockResult(c.run(ctx, rdb))
 }
 
 // ForceUnlock runs force_unlock.lua (reads PubCmd). It reports whether a
@@ -235,26 +237,23 @@ func (k Keys) Grace() string {
 // FairSet is one fair-lock engine's scripts. Scripts.Fair is the
 // Redisson-compatible engine, ScalableScripts.Fair the scalable one.
 type FairSet struct {
-	byFile map[string]*redis.Script
+	set *Scripts
 }
 
 // Fair returns the Redisson-compatible fair engine's scripts of s.
-func (s *Scripts) Fair() FairSet { return FairSet{s.byFile} }
+func (s *Scripts) Fair() FairSet { return FairSet{s} }
 
 func (f FairSet) script(file string) *redis.Script {
-	sc, ok := f.byFile[file]
-	if !ok {
-		panic("lua: no script " + file)
-	}
-	return sc
+	return f.set.Script(file)
 }
 
 // TryLock runs fair_try_lock.lua (reads Owner, LeaseMs, NowMs, WaitMs,
 // GraceMs, PubCmd, AcquireID, LatchMs). It never queues.
 func (f FairSet) TryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, err error) {
-	acquired, _, err = nilOrInt(f.script(FileFairTryLock).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), a.acquireLatch(k), k.Channel, k.Grace()},
-		a.LeaseMs, a.Owner, a.NowMs, a.WaitMs, a.acquireLatchMs(), a.GraceMs, a.pubCmd(), UnlockMessage))
+	c := f.set.cmd(FileFairTryLock, 7, 8)
+	c.key(k.Name).key(k.Queue).key(k.Timeouts).key(k.ScalableQueue()).str(a.acquireLatch(k)).key(k.Channel).key(k.Grace())
+	c.num(a.LeaseMs).key(a.Owner).now(a.NowMs).num(a.WaitMs).num(a.acquireLatchMs()).num(a.GraceMs).key(a.pubCmd()).key(UnlockMessage)
+	acquired, _, err = nilOrInt(c.run(ctx, rdb))
 	return acquired, acquireErr(err)
 }
 
@@ -263,9 +262,10 @@ func (f FairSet) TryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args
 // stay in the queue. When not acquired, ttlMs is how long to wait before
 // trying again (see the script; -1: the lock has no expiry).
 func (f FairSet) TryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
-	acquired, ttlMs, err = nilOrInt(f.script(FileFairTryLockWait).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), a.acquireLatch(k), k.Channel, k.Grace()},
-		a.LeaseMs, a.Owner, a.WaitMs, a.NowMs, a.GraceMs, a.acquireLatchMs(), a.pubCmd(), UnlockMessage))
+	c := f.set.cmd(FileFairTryLockWait, 7, 8)
+	c.key(k.Name).key(k.Queue).key(k.Timeouts).key(k.ScalableQueue()).str(a.acquireLatch(k)).key(k.Channel).key(k.Grace())
+	c.num(a.LeaseMs).key(a.Owner).num(a.WaitMs).now(a.NowMs).num(a.GraceMs).num(a.acquireLatchMs()).key(a.pubCmd()).key(UnlockMessage)
+	acquired, ttlMs, err = nilOrInt(c.run(ctx, rdb))
 	return acquired, ttlMs, acquireErr(err)
 }
 
@@ -284,9 +284,10 @@ func (f FairSet) AcquireFailed(ctx context.Context, rdb redis.Scripter, k Keys, 
 // Unlock runs fair_unlock.lua (reads Owner, LeaseMs, NowMs, RequestID,
 // LatchMs, GraceMs, PubCmd). Never refused.
 func (f FairSet) Unlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
-	return unlockResult(f.script(FileFairUnlock).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.Channel, k.Latch(a.RequestID), k.ScalableQueue(), k.Grace()},
-		UnlockMessage, a.LeaseMs, a.Owner, a.NowMs, a.pubCmd(), a.LatchMs, a.GraceMs))
+	c := f.set.cmd(FileFairUnlock, 7, 7)
+	c.key(k.Name).key(k.Queue).key(k.Timeouts).key(k.Channel).str(k.Latch(a.RequestID)).key(k.ScalableQueue()).key(k.Grace())
+	c.key(UnlockMessage).num(a.LeaseMs).key(a.Owner).now(a.NowMs).key(a.pubCmd()).num(a.LatchMs).num(a.GraceMs)
+	return unlockResult(c.run(ctx, rdb))
 }
 
 // ForceUnlock runs fair_force_unlock.lua (reads NowMs, GraceMs, PubCmd). It

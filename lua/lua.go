@@ -179,7 +179,19 @@ func mustRead(file string) string {
 // Scripts is one loaded set of the scripts. Default is the real set; tests
 // build deliberately broken sets with Edit.
 type Scripts struct {
-	byFile map[string]*redis.Script
+	byFile   map[string]*redis.Script
+	src      map[string]string // each script's source, for EVAL
+	boxedSha map[string]any    // each script's digest, boxed once (exec.go)
+}
+
+func newScripts(n int) *Scripts {
+	return &Scripts{byFile: make(map[string]*redis.Script, n),
+		src: make(map[string]string, n), boxedSha: make(map[string]any, n)}
+}
+
+func (s *Scripts) add(file, src string) {
+	sc := redis.NewScript(src)
+	s.byFile[file], s.src[file], s.boxedSha[file] = sc, src, sc.Hash()
 }
 
 // Default is the set every lock uses.
@@ -188,13 +200,13 @@ var Default = Edit(nil)
 // Edit builds a set of scripts whose source is edit(file, source). A nil edit
 // leaves every script as it is. Tests use it to make broken variants.
 func Edit(edit func(file, src string) string) *Scripts {
-	s := &Scripts{byFile: make(map[string]*redis.Script, len(Files))}
+	s := newScripts(len(Files))
 	for _, f := range Files {
 		src := Source(f)
 		if edit != nil {
 			src = edit(f, src)
 		}
-		s.byFile[f] = redis.NewScript(src)
+		s.add(f, src)
 	}
 	return s
 }

@@ -71,6 +71,7 @@ func ScalableSource(file string) string {
 // ScalableDefault is the real set; tests build broken sets with EditScalable.
 type ScalableScripts struct {
 	byFile map[string]*redis.Script
+	set    *Scripts
 }
 
 // ScalableDefault is the set every scalable fair lock uses.
@@ -79,15 +80,15 @@ var ScalableDefault = EditScalable(nil)
 // EditScalable builds a set of the scalable scripts whose source is
 // edit(file, source); nil leaves them as they are.
 func EditScalable(edit func(file, src string) string) *ScalableScripts {
-	s := &ScalableScripts{byFile: make(map[string]*redis.Script, len(ScalableFiles))}
+	set := newScripts(len(ScalableFiles))
 	for _, f := range ScalableFiles {
 		src := ScalableSource(f)
 		if edit != nil {
 			src = edit(f, src)
 		}
-		s.byFile[f] = redis.NewScript(src)
+		set.add(f, src)
 	}
-	return s
+	return &ScalableScripts{byFile: set.byFile, set: set}
 }
 
 // Script returns the loaded script of file.
@@ -100,7 +101,7 @@ func (s *ScalableScripts) Script(file string) *redis.Script {
 }
 
 // Fair returns the scalable engine's scripts as a FairSet.
-func (s *ScalableScripts) Fair() FairSet { return FairSet{s.byFile} }
+func (s *ScalableScripts) Fair() FairSet { return FairSet{s.set} }
 
 // mixed turns the scripts' refusal into ErrMixedEngines.
 func mixed(err error) error {

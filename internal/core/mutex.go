@@ -135,9 +135,12 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	if err := m.settle(ctx); err != nil {
 		return false, canceled(err)
 	}
+	// Calls run on the caller's ctx, and return ErrClosed when the session
+	// closes (callC): a ctx that can never end (context.Background) runs
+	// its calls inline, which is the fast path of both the uncontended
+	// acquisition and the waiter's attempt after a wake-up (call.go).
 	userCtx := ctx
-	ctx, unbind := m.S.bind(ctx)
-	defer unbind()
+	closing := m.S.closeCtx.Done()
 
 	cfg := &m.S.Config
 	a := lua.Args{
@@ -167,7 +170,7 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		a.LeaseMs, watchdogKept = m.leaseFor(o.Lease)
 		sent := time.Now()
 		args := a // the call may outlive this attempt: it gets its own copy
-		ok, ttl, err := call2(ctx, func(ctx context.Context) (bool, int64, error) { return m.E.Try(ctx, args, o.Queue) })
+		ok, ttl, err := call2(ctx, closing, func(ctx context.Context) (bool, int64, error) { return m.E.Try(ctx, args, o.Queue) })
 		if (err != nil && !isScriptError(err)) || time.Since(sent) >= m.S.resendAfter {
 			suspect = true
 		}
@@ -185,7 +188,7 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		}
 		// Replica acknowledgement (replicas.go): an error here is
 		// handled as an ambiguous attempt, whose cleanup undoes the hold.
-		if err := callErr(ctx, func(ctx context.Context) error {
+		if err := callErr(ctx, closing, func(ctx context.Context) error {
 			return m.S.ConfirmAcquire(ctx, m.Keys.Name, m.Owner)
 		}); err != nil {
 			suspect = true // the request holds the lock: leaving gives it back
@@ -221,6 +224,9 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 			case <-ctx.Done():
 				t.Stop()
 				return false, 0, err
+			case <-closing:
+				t.Stop()
+				return false, 0, ErrClosed
 			}
 			backoff = min(2*backoff, 500*time.Millisecond)
 		}
@@ -228,7 +234,7 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	giveUp := func(err error) (bool, error) {
 		m.cleanup(a, o.Queue, suspect, o.Slot)
 		switch {
-		case errors.Is(err, ErrClosed) || (userCtx.Err() == nil && errors.Is(context.Cause(ctx), ErrClosed)):
+		case errors.Is(err, ErrClosed) || (userCtx.Err() == nil && m.S.Closed()):
 			return false, ErrClosed
 		case userCtx.Err() != nil && err != nil:
 			return false, fmt.Errorf("%w: %w", canceled(userCtx.Err()), err)
@@ -250,18 +256,19 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	if expired() {
 		return giveUp(nil)
 	}
-
-	subCtx, cancelSub := ctx, context.CancelFunc(func() {})
+	subCtx, unbind := m.S.bind(ctx) // Close ends the subscription
 	if !deadline.IsZero() {
-		subCtx, cancelSub = context.WithDeadline(ctx, deadline)
+		var cancel context.CancelFunc
+		subCtx, cancel = context.WithDeadline(subCtx, deadline)
+		defer cancel()
 	}
 	w, err := m.S.Hub.Subscribe(subCtx, m.E.WakeChannel(m.Owner))
-	cancelSub()
+	unbind()
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return giveUp(nil) // the wait ran out while subscribing
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || m.S.Closed() {
 			return giveUp(nil)
 		}
 		return giveUp(fmt.Errorf("subscribe: %w", err))
@@ -300,6 +307,8 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		case <-w.C():
 		case <-timer.C:
 		case <-ctx.Done():
+			return giveUp(nil)
+		case <-closing:
 			return giveUp(nil)
 		}
 	}
@@ -395,7 +404,7 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 			needUnlock = false
 		}
 		if !left {
-			if err := callErr(ctx, func(ctx context.Context) error { return m.E.GiveUp(ctx, a) }); err != nil {
+			if err := callErr(ctx, nil, func(ctx context.Context) error { return m.E.GiveUp(ctx, a) }); err != nil {
 				return err
 			}
 			left = true
@@ -690,11 +699,17 @@ func notSent(err error) bool {
 // isTryAgain reports Redis's TRYAGAIN: a multi-key command during a slot
 // migration, refused before anything ran.
 func isTryAgain(err error) bool {
+	if err == nil {
+		return false
+	}
 	var re redis.Error
 	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "TRYAGAIN")
 }
 
 func isScriptError(err error) bool {
+	if err == nil {
+		return false
+	}
 	var re redis.Error
 	return errors.As(err, &re)
 }

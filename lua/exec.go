@@ -1,0 +1,124 @@
+package lua
+
+import (
+	"context"
+	"hash/maphash"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The hot scripts (acquire, unlock, the fair lock's) are sent without
+// go-redis's Script.Run, which copies the keys and arguments into a fresh
+// []any and boxes each of them on every call. A call here builds its
+// EVALSHA command's argument list once, in one allocation, and takes the
+// values that repeat from call to call (key names, the owner id, the lease,
+// the latch and wait times) already boxed from a small cache: an
+// uncontended Lock+Unlock allocates about half as much (see
+// BenchmarkLockUnlock in reentrant and fair).
+
+// cmdBuf is one script call's arguments: "evalsha", the digest, the number
+// of keys, the keys, then ARGV.
+type cmdBuf struct {
+	s     *Scripts
+	file  string
+	nkeys int
+	args  []any
+}
+
+// cmd starts a call of file with nkeys keys and nargs arguments.
+func (s *Scripts) cmd(file string, nkeys, nargs int) cmdBuf {
+	if _, ok := s.byFile[file]; !ok {
+		panic("lua: no script " + file)
+	}
+	args := make([]any, 3, 3+nkeys+nargs)
+	args[0], args[1], args[2] = "evalsha", s.boxedSha[file], nkeys
+	return cmdBuf{s: s, file: file, nkeys: nkeys, args: args}
+}
+
+// key appends a key (or any string) that repeats from call to call.
+func (b *cmdBuf) key(v string) *cmdBuf { b.args = append(b.args, boxString(v)); return b }
+
+// str appends a string that changes from call to call.
+func (b *cmdBuf) str(v string) *cmdBuf { b.args = append(b.args, v); return b }
+
+// num appends an integer that repeats from call to call.
+func (b *cmdBuf) num(v int64) *cmdBuf { b.args = append(b.args, boxInt(v)); return b }
+
+// now appends an integer that changes from call to call (a clock).
+func (b *cmdBuf) now(v int64) *cmdBuf { b.args = append(b.args, v); return b }
+
+// processor is what every go-redis client (Client, ClusterClient, Ring,
+// UniversalClient) offers beyond redis.Scripter.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// run sends the call: EVALSHA, and EVAL when the server does not have the
+// script (NOSCRIPT), as Script.Run does.
+func (b *cmdBuf) run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
+	p, ok := rdb.(processor)
+	if !ok {
+		sc := b.s.byFile[b.file]
+		keys := make([]string, b.nkeys)
+		for i := range keys {
+			keys[i] = b.args[3+i].(string)
+		}
+		return sc.Run(ctx, rdb, keys, b.args[3+b.nkeys:]...)
+	}
+	cmd := redis.NewCmd(ctx, b.args...)
+	if b.nkeys > 0 {
+		cmd.SetFirstKeyPos(3)
+	}
+	_ = p.Process(ctx, cmd)
+	if err := cmd.Err(); err != nil && (err == redis.ErrNoScript || strings.HasPrefix(err.Error(), "NOSCRIPT")) {
+		args := slices.Clone(b.args)
+		args[0], args[1] = "eval", b.s.src[b.file]
+		cmd = redis.NewCmd(ctx, args...)
+		if b.nkeys > 0 {
+			cmd.SetFirstKeyPos(3)
+		}
+		_ = p.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// The box cache: boxed values of strings and integers that repeat, so that
+// passing them as []any does not allocate each time. A slot holds the last
+// value hashed to it; a miss boxes afresh and takes the slot.
+type boxed struct {
+	s     string
+	n     int64
+	isInt bool
+	v     any
+}
+
+var (
+	boxSeed  = maphash.MakeSeed()
+	boxSlots [512]atomic.Pointer[boxed]
+)
+
+func boxString(s string) any {
+	i := maphash.String(boxSeed, s) % uint64(len(boxSlots))
+	if b := boxSlots[i].Load(); b != nil && !b.isInt && b.s == s {
+		return b.v
+	}
+	b := &boxed{s: s, v: s}
+	boxSlots[i].Store(b)
+	return b.v
+}
+
+func boxInt(n int64) any {
+	if n >= 0 && n < 256 {
+		return n // the runtime boxes small integers without allocating
+	}
+	i := (uint64(n) * 0x9E3779B97F4A7C15 >> 32) % uint64(len(boxSlots))
+	if b := boxSlots[i].Load(); b != nil && b.isInt && b.n == n {
+		return b.v
+	}
+	b := &boxed{n: n, isInt: true, v: n}
+	boxSlots[i].Store(b)
+	return b.v
+}
