@@ -105,14 +105,52 @@ local function q_pop_head()
     end
 end
 
+-- q_shift lowers the deadlines of the given waiters (all of them when only
+-- is nil) by wait: what Redisson does with one ZINCRBY per waiter, done
+-- with one ZRANGE and one ZADD per 500 waiters, which leaves the same
+-- scores (an integral score is written back exactly; any other with 17
+-- significant digits, enough to round-trip a double) at a fraction of the
+-- Redis time: the per-command overhead dominates these calls.
+local function q_shift(wait, only)
+    local flat = redis.call('zrange', timeouts, 0, -1, 'withscores')
+    local args, n = {}, 0
+    for i = 1, #flat, 2 do
+        local waiter = flat[i]
+        if only == nil or only[waiter] then
+            if only then
+                only[waiter] = false -- seen
+            end
+            local v = tonumber(flat[i + 1]) - wait
+            if v == math.floor(v) and math.abs(v) < 2^53 then
+                args[n + 1] = string.format('%d', v)
+            else
+                args[n + 1] = string.format('%.17g', v)
+            end
+            args[n + 2] = waiter
+            n = n + 2
+            if n == 1000 then
+                redis.call('zadd', timeouts, unpack(args, 1, n))
+                n = 0
+            end
+        end
+    end
+    if n > 0 then
+        redis.call('zadd', timeouts, unpack(args, 1, n))
+    end
+    -- ZINCRBY gives a waiter without a deadline (H1) the score -wait.
+    for waiter, unseen in pairs(only or {}) do
+        if unseen then
+            redis.call('zadd', timeouts, -wait, waiter)
+        end
+    end
+end
+
 -- q_take: owner (the head, or nobody is queued) takes the lock: it leaves
 -- the queue and every remaining deadline drops by its slot (Redisson's take).
 local function q_take(owner, wait)
     redis.call('zrem', timeouts, owner)
     redis.call('lpop', queue)
-    for _, waiter in ipairs(redis.call('zrange', timeouts, 0, -1)) do
-        redis.call('zincrby', timeouts, -wait, waiter)
-    end
+    q_shift(wait, nil)
 end
 
 -- q_remove: owner gives up (Redisson's acquireFailed): the waiters behind
@@ -123,13 +161,16 @@ local function q_remove(owner, wait)
     if waiters.err then
         return -- not a list: nobody is queued in it
     end
-    local behind = false
+    local behind, only = false, {}
     for _, waiter in ipairs(waiters) do
         if behind then
-            redis.call('zincrby', timeouts, -wait, waiter)
+            only[waiter] = true
         elseif waiter == owner then
             behind = true
         end
+    end
+    if behind then
+        q_shift(wait, only)
     end
     redis.call('zrem', timeouts, owner)
     redis.call('lrem', queue, 0, owner)

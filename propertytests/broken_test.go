@@ -25,13 +25,13 @@ type brokenVariant struct {
 var brokenVariants = []brokenVariant{
 	{
 		name: "no deadline shifting on acquire", machine: fairMachine, file: lua.FileFairTryLockWait,
-		old: "for _, waiter in ipairs(redis.call('zrange', timeouts, 0, -1)) do",
-		new: "for _, waiter in ipairs({}) do",
+		old: "    redis.call('lpop', queue)\n    q_shift(wait, nil)",
+		new: "    redis.call('lpop', queue)",
 	},
 	{
 		name: "no deadline shifting on acquire (tryLock)", machine: fairMachine, file: lua.FileFairTryLock,
-		old: "for _, waiter in ipairs(redis.call('zrange', timeouts, 0, -1)) do",
-		new: "for _, waiter in ipairs({}) do",
+		old: "    redis.call('lpop', queue)\n    q_shift(wait, nil)",
+		new: "    redis.call('lpop', queue)",
 	},
 	{
 		name: "notify every waiter", machine: fairMachine, file: lua.FileFairUnlock,
