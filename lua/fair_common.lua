@@ -49,8 +49,23 @@ local function fair_init(lock, queue, timeouts, squeue, channel, grace_key, pubc
     q_init(queue, timeouts, squeue)
 end
 
+-- Reads repeated within one script are cached: whether the lock is free
+-- (FREE) and the grace key (GRACE_OWNER, GRACE_LEFT, valid when GRACE_READ);
+-- every write to the lock hash or the grace key in these scripts sets or
+-- clears them. Time does not move within a script, so a cached PTTL stays
+-- right.
+local FREE, GRACE_READ, GRACE_OWNER, GRACE_LEFT
+
 local function lock_free()
-    return redis.call('exists', LOCK) == 0
+    if FREE == nil then
+        FREE = redis.call('exists', LOCK) == 0
+    end
+    return FREE
+end
+
+-- lock_freed: the script deleted the lock hash.
+local function lock_freed()
+    FREE = true
 end
 
 -- The head and the waiter behind it, the waiters a script may wake: this
@@ -79,6 +94,10 @@ end
 -- ran out), or nil. A key that is not ours (wrong type, no expiry) is
 -- deleted.
 local function grace_read()
+    if GRACE_READ then
+        return GRACE_OWNER, GRACE_LEFT
+    end
+    GRACE_READ, GRACE_OWNER, GRACE_LEFT = true, nil, nil
     local owner = redis.pcall('get', GRACE)
     if type(owner) ~= 'string' then
         if type(owner) == 'table' then
@@ -91,7 +110,18 @@ local function grace_read()
         redis.call('del', GRACE)
         return nil, nil
     end
-    return owner, pttl - GRACE_MARGIN
+    GRACE_OWNER, GRACE_LEFT = owner, pttl - GRACE_MARGIN
+    return GRACE_OWNER, GRACE_LEFT
+end
+
+-- grace_clear deletes the grace key (a DEL of a key known to be absent is
+-- skipped).
+local function grace_clear()
+    if GRACE_READ and not GRACE_OWNER then
+        return
+    end
+    redis.call('del', GRACE)
+    GRACE_READ, GRACE_OWNER, GRACE_LEFT = true, nil, nil
 end
 
 -- Drop dead heads, never the caller: a head without a deadline (Redisson
@@ -142,6 +172,7 @@ local function take_or_reenter(owner, lease, wait, head)
         q_take(owner, wait)
         redis.call('hset', LOCK, owner, 1)
         redis.call('pexpire', LOCK, lease)
+        FREE = false
         return true, false
     end
     if redis.call('hexists', LOCK, owner) == 1 then
@@ -183,15 +214,16 @@ local function finish(caller, head0, second0, freed, grace)
     if head and lock_free() then
         local graced = grace_read()
         if graced and graced ~= head then
-            redis.call('del', GRACE)
+            grace_clear()
             graced = nil
         end
         if not graced and grace > 0 then
             redis.call('set', GRACE, head, 'px', grace + GRACE_MARGIN)
+            GRACE_READ, GRACE_OWNER, GRACE_LEFT = true, head, grace
             started = true
         end
     else
-        redis.call('del', GRACE) -- no grace unless the lock is free with a head
+        grace_clear() -- no grace unless the lock is free with a head
     end
     if head and head ~= caller and (freed or started or head ~= head0) then
         wake(head)

@@ -28,9 +28,20 @@
 
 local sq, rqueue, rtimeouts
 
+-- Reads repeated within one script are cached until the script writes the
+-- queue: the ends (ENDS: h, t, hd, td as numbers, read and checked by
+-- q_check) and the front (FRONT_OK: FRONT_H and FRONT_S are the head and the
+-- waiter behind it). Every write below clears or updates them.
+local ENDS, FRONT_OK, FRONT_H, FRONT_S
+
+local function q_written()
+    ENDS, FRONT_OK, FRONT_H, FRONT_S = nil, false, nil, nil
+end
+
 -- q_reset: the queue is inconsistent: start again from an empty queue.
 local function q_reset()
     redis.call('del', sq)
+    ENDS, FRONT_OK, FRONT_H, FRONT_S = nil, true, nil, nil
 end
 
 -- The node fields of o: previous, next, delta (nil when missing).
@@ -62,6 +73,7 @@ local function q_check()
         if redis.call('exists', sq) == 1 then
             q_reset() -- node fields without a head
         end
+        FRONT_OK, FRONT_H, FRONT_S = true, nil, nil
         return nil, nil
     end
     if not h or not t or not tonumber(v[3]) or not tonumber(v[4]) then
@@ -73,10 +85,12 @@ local function q_check()
         q_reset()
         return nil, nil
     end
-    if e[2] == '' then
-        return h, nil
+    ENDS = {h = h, t = t, hd = tonumber(v[3]), td = tonumber(v[4])}
+    FRONT_OK, FRONT_H, FRONT_S = true, h, nil
+    if e[2] ~= '' then
+        FRONT_S = e[2]
     end
-    return h, e[2]
+    return FRONT_H, FRONT_S
 end
 
 -- q_refuse: one lock name, one engine. The acquisition scripts refuse a
@@ -92,8 +106,12 @@ end
 
 -- q_front: the head and the waiter right behind it (either may be nil).
 local function q_front()
+    if FRONT_OK then
+        return FRONT_H, FRONT_S
+    end
     local head = redis.call('hget', sq, 'h')
     if not head then
+        FRONT_OK, FRONT_H, FRONT_S = true, nil, nil
         return nil, nil
     end
     local _, n = node(head)
@@ -101,10 +119,11 @@ local function q_front()
         q_reset()
         return nil, nil
     end
-    if n == '' then
-        return head, nil
+    FRONT_OK, FRONT_H, FRONT_S = true, head, nil
+    if n ~= '' then
+        FRONT_S = n
     end
-    return head, n
+    return FRONT_H, FRONT_S
 end
 
 -- q_other_front: the Redisson-compatible engine's head and second, when its
@@ -119,6 +138,9 @@ end
 
 -- q_head_deadline: the head's deadline (head: the head, from q_front).
 local function q_head_deadline(_)
+    if ENDS then
+        return ENDS.hd
+    end
     return tonumber(redis.call('hget', sq, 'hd'))
 end
 
@@ -129,6 +151,9 @@ end
 
 -- q_tail: the last waiter and its deadline.
 local function q_tail()
+    if ENDS then
+        return ENDS.t, ENDS.td
+    end
     local v = redis.call('hmget', sq, 't', 'td')
     if not v[1] then
         return nil, nil
@@ -150,8 +175,9 @@ local function sq_remove(o, drop)
     if not n then
         return false
     end
-    local ends = redis.call('hmget', sq, 'h', 't', 'hd', 'td')
+    local ends = ENDS and {ENDS.h, ENDS.t, ENDS.hd, ENDS.td} or redis.call('hmget', sq, 'h', 't', 'hd', 'td')
     local hd, td = tonumber(ends[3]), tonumber(ends[4])
+    q_written()
     if not p or not d or not hd or not td or (p == '') ~= (ends[1] == o) or (n == '') ~= (ends[2] == o) then
         q_reset()
         return true
@@ -168,7 +194,13 @@ local function sq_remove(o, drop)
             return true
         end
         redis.call('hdel', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o)
-        redis.call('hset', sq, 'h', n, 'hd', hd + nd - drop, 'td', td - drop, 'p:' .. n, '', 'd:' .. n, 0)
+        local nhd = hd + nd - drop
+        redis.call('hset', sq, 'h', n, 'hd', nhd, 'td', td - drop, 'p:' .. n, '', 'd:' .. n, 0)
+        ENDS = {h = n, t = ends[2], hd = nhd, td = td - drop}
+        FRONT_OK, FRONT_H, FRONT_S = true, n, nil
+        if nn ~= '' then
+            FRONT_S = nn
+        end
         return true
     end
     local _, pn = node(p)
@@ -196,7 +228,7 @@ end
 
 -- q_pop_head removes the head (pruned as dead): nobody else moves.
 local function q_pop_head()
-    local head = redis.call('hget', sq, 'h')
+    local head = q_front()
     if head then
         sq_remove(head, 0)
     end
@@ -205,7 +237,7 @@ end
 -- q_take: owner (the head, or nobody is queued) takes the lock: it leaves
 -- the queue and every remaining deadline drops by its slot.
 local function q_take(owner, wait)
-    if redis.call('hget', sq, 'h') == owner then
+    if q_front() == owner then
         sq_remove(owner, wait)
     end
 end
@@ -218,6 +250,7 @@ end
 -- q_append: owner joins at the tail with an absolute deadline (tail, td:
 -- the tail and its deadline, from q_tail).
 local function q_append(owner, deadline, tail, td)
+    q_written()
     if tail and td then
         local _, tn = node(tail)
         if tn == '' then
