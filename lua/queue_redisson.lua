@@ -21,6 +21,11 @@
 
 local queue, timeouts, squeue
 
+-- The front of the queue is cached within one script until the script
+-- writes the queue (FRONT_OK: FRONT_H, FRONT_S are the head and the waiter
+-- behind it).
+local FRONT_OK, FRONT_H, FRONT_S
+
 -- q_init names the keys: this engine's list and zset, and the scalable
 -- engine's queue hash (only ever checked, never written).
 local function q_init(list, zset, sq)
@@ -44,10 +49,14 @@ end
 -- holder can still release; the scripts that write the queue then fail with
 -- Redis's WRONGTYPE error.
 local function q_front()
+    if FRONT_OK then
+        return FRONT_H, FRONT_S
+    end
     local v = redis.pcall('lrange', queue, 0, 1)
     if v.err then
         return nil, nil
     end
+    FRONT_OK, FRONT_H, FRONT_S = true, v[1], v[2]
     return v[1], v[2]
 end
 
@@ -99,6 +108,7 @@ end
 
 -- q_pop_head removes the head (pruned as dead): nobody else moves.
 local function q_pop_head()
+    FRONT_OK = false
     local head = redis.call('lpop', queue)
     if head then
         redis.call('zrem', timeouts, head)
@@ -148,6 +158,7 @@ end
 -- q_take: owner (the head, or nobody is queued) takes the lock: it leaves
 -- the queue and every remaining deadline drops by its slot (Redisson's take).
 local function q_take(owner, wait)
+    FRONT_OK = false
     redis.call('zrem', timeouts, owner)
     redis.call('lpop', queue)
     q_shift(wait, nil)
@@ -157,6 +168,7 @@ end
 -- it drop by its slot; it leaves both keys. Nothing happens if it is not
 -- queued.
 local function q_remove(owner, wait)
+    FRONT_OK = false
     local waiters = redis.pcall('lrange', queue, 0, -1)
     if waiters.err then
         return -- not a list: nobody is queued in it
@@ -179,6 +191,7 @@ end
 -- q_append: owner joins at the tail with an absolute deadline (tail, its
 -- deadline: from q_tail, unused here).
 local function q_append(owner, deadline, _, _)
+    FRONT_OK = false
     if redis.call('zadd', timeouts, deadline, owner) == 1 then
         redis.call('rpush', queue, owner)
     end
