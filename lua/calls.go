@@ -250,23 +250,21 @@ func (f FairSet) script(file string) *redis.Script {
 }
 
 // TryLock runs fair_try_lock.lua (reads Owner, LeaseMs, NowMs, WaitMs,
-// GraceMs, PubCmd, AcquireID, LatchMs). It never queues.
+// GraceMs, PubCmd, AcquireID, LatchMs). It never queues. TryLockToken also
+// reports the fencing token.
 func (f FairSet) TryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, err error) {
-	acquired, _, err = nilOrInt(f.script(FileFairTryLock).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), a.acquireLatch(k), k.Channel, k.Grace()},
-		a.LeaseMs, a.Owner, a.NowMs, a.WaitMs, a.acquireLatchMs(), a.GraceMs, a.pubCmd(), UnlockMessage))
-	return acquired, acquireErr(err)
+	acquired, _, err = f.TryLockToken(ctx, rdb, k, a)
+	return acquired, err
 }
 
 // TryLockWait runs fair_try_lock_wait.lua (reads Owner, LeaseMs, WaitMs,
 // NowMs, GraceMs, PubCmd, AcquireID, LatchMs): take the lock, or join or
 // stay in the queue. When not acquired, ttlMs is how long to wait before
 // trying again (see the script; -1: the lock has no expiry).
+// TryLockWaitToken also reports the fencing token.
 func (f FairSet) TryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
-	acquired, ttlMs, err = nilOrInt(f.script(FileFairTryLockWait).Run(ctx, rdb,
-		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), a.acquireLatch(k), k.Channel, k.Grace()},
-		a.LeaseMs, a.Owner, a.WaitMs, a.NowMs, a.GraceMs, a.acquireLatchMs(), a.pubCmd(), UnlockMessage))
-	return acquired, ttlMs, acquireErr(err)
+	acquired, ttlMs, _, err = f.TryLockWaitToken(ctx, rdb, k, a)
+	return acquired, ttlMs, err
 }
 
 // AcquireFailed runs fair_acquire_failed.lua (reads Owner, WaitMs, GraceMs,

@@ -142,6 +142,7 @@ const (
 	FileFairUnlock        = "fair_unlock.lua"
 	FileFairForceUnlock   = "fair_force_unlock.lua"
 	FileAbandon           = "abandon.lua"
+	// FileFencedAcquire is in fenced.go.
 	fileFairCommon        = "fair_common.lua"
 	fileQueueRedisson     = "queue_redisson.lua"
 	fileLatchCommon       = "latch_common.lua"
@@ -149,7 +150,7 @@ const (
 
 // Files lists every script, in a fixed order.
 var Files = []string{
-	FileAcquire, FileUnlock, FileForceUnlock, FileRenew, FileAbandon,
+	FileAcquire, FileUnlock, FileForceUnlock, FileRenew, FileAbandon, FileFencedAcquire,
 	FileFairTryLock, FileFairTryLockWait, FileFairAcquireFailed, FileFairUnlock, FileFairForceUnlock,
 }
 
