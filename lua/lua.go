@@ -143,9 +143,9 @@ const (
 	FileFairForceUnlock   = "fair_force_unlock.lua"
 	FileAbandon           = "abandon.lua"
 	// FileFencedAcquire is in fenced.go.
-	fileFairCommon        = "fair_common.lua"
-	fileQueueRedisson     = "queue_redisson.lua"
-	fileLatchCommon       = "latch_common.lua"
+	fileFairCommon    = "fair_common.lua"
+	fileQueueRedisson = "queue_redisson.lua"
+	fileLatchCommon   = "latch_common.lua"
 )
 
 // Files lists every script, in a fixed order.
