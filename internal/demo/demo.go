@@ -637,7 +637,8 @@ func (h *arrivalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			acquired := false
 			if c, ok := cmd.(*redis.Cmd); ok {
 				v, rerr := c.Result()
-				acquired = v == "OK" || errors.Is(rerr, redis.Nil)
+				tok, _ := v.([]any) // a fair grant with its fencing token: {-1, token}
+				acquired = v == "OK" || errors.Is(rerr, redis.Nil) || len(tok) == 2 && tok[1] != int64(-1)
 			}
 			f(acquired)
 		}
