@@ -36,7 +36,11 @@ func (m *Mutex) TryLockAndGetToken(ctx context.Context, wait, lease time.Duratio
 	if wait < 0 {
 		return 0, false, fmt.Errorf("%w: wait %v", ErrInvalidValue, wait)
 	}
-	ok, err = m.m.Acquire(ctx, core.AcquireOpts{Wait: wait, Lease: lease, Slot: wait, Queue: true, Token: &token})
+	slot := wait // as TryLockFor: the wait is the slot, or the handle's default
+	if slot == 0 {
+		slot = m.slot
+	}
+	ok, err = m.m.Acquire(ctx, core.AcquireOpts{Wait: wait, Lease: lease, Slot: slot, Queue: true, Token: &token})
 	if !ok {
 		token = 0
 	}
