@@ -248,12 +248,18 @@ type engine struct {
 	set func() lua.FairSet
 }
 
+// Try replies the fencing token in place of the ttl when acquired
+// (core.Engine).
 func (e engine) Try(ctx context.Context, a lua.Args, queue bool) (bool, int64, error) {
 	if queue {
-		return e.set().TryLockWait(ctx, e.s.RDB, e.k, a)
+		ok, ttl, token, err := e.set().TryLockWaitToken(ctx, e.s.RDB, e.k, a)
+		if ok {
+			return true, token, err
+		}
+		return false, ttl, err
 	}
-	ok, err := e.set().TryLock(ctx, e.s.RDB, e.k, a)
-	return ok, 0, err
+	ok, token, err := e.set().TryLockToken(ctx, e.s.RDB, e.k, a)
+	return ok, token, err
 }
 
 func (e engine) GiveUp(ctx context.Context, a lua.Args) error {

@@ -391,6 +391,13 @@ func (e *Env) CheckLeftovers() []Violation {
 					bad("latch %s has TTL %v (want at most %v)", k, pttl, LatchTTL)
 				}
 				continue
+			case strings.HasPrefix(k, "redisson_lock_token:"):
+				// the fencing token counter (fenced and fair locks): kept
+				// for ever by design (docs/design.md, "Fencing tokens")
+				if _, err := p.Get(ctx, k).Int64(); err != nil || pttl != -1 {
+					bad("token key %s: TTL %v, %v (want an integer without expiry)", k, pttl, err)
+				}
+				continue
 			case strings.HasPrefix(k, "redisson_lock_queue:"):
 				owners, _ = p.LRange(ctx, k, 0, -1).Result()
 			case strings.HasPrefix(k, "redisson_lock_timeout:"):

@@ -8,7 +8,8 @@
 -- ARGV[1]  owner id
 -- ARGV[2]  latch lifetime in milliseconds
 --
--- The latch becomes 'void' ('void:held' when a copy had taken the lock), so
+-- A latch 'held:<token>' (an acquisition that returned a fencing token)
+-- counts as 'held'. The latch becomes 'void' ('void:held' when a copy had taken the lock), so
 -- a copy of the request that reaches Redis later does nothing. Reply: 1 when
 -- a copy had taken (or re-entered) the lock and the owner still holds it:
 -- that hold is the caller's to give back (with an unlock); 0 otherwise. A
@@ -22,6 +23,6 @@ end
 if was == 'void' then
     return 0
 end
-held = held and was == 'held'
+held = held and (was == 'held' or latch_token(was) ~= nil)
 redis.call('set', KEYS[2], held and 'void:held' or 'void', 'px', ARGV[2])
 return held and 1 or 0

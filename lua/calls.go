@@ -248,25 +248,21 @@ func (f FairSet) script(file string) *redis.Script {
 }
 
 // TryLock runs fair_try_lock.lua (reads Owner, LeaseMs, NowMs, WaitMs,
-// GraceMs, PubCmd, AcquireID, LatchMs). It never queues.
+// GraceMs, PubCmd, AcquireID, LatchMs). It never queues. TryLockToken also
+// reports the fencing token.
 func (f FairSet) TryLock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, err error) {
-	c := f.set.cmd(FileFairTryLock, 7, 8)
-	c.key(k.Name).key(k.Queue).key(k.Timeouts).key(k.ScalableQueue()).str(a.acquireLatch(k)).key(k.Channel).key(k.Grace())
-	c.num(a.LeaseMs).key(a.Owner).now(a.NowMs).num(a.WaitMs).num(a.acquireLatchMs()).num(a.GraceMs).key(a.pubCmd()).key(UnlockMessage)
-	acquired, _, err = nilOrInt(c.run(ctx, rdb))
-	return acquired, acquireErr(err)
+	acquired, _, err = f.TryLockToken(ctx, rdb, k, a)
+	return acquired, err
 }
 
 // TryLockWait runs fair_try_lock_wait.lua (reads Owner, LeaseMs, WaitMs,
 // NowMs, GraceMs, PubCmd, AcquireID, LatchMs): take the lock, or join or
 // stay in the queue. When not acquired, ttlMs is how long to wait before
 // trying again (see the script; -1: the lock has no expiry).
+// TryLockWaitToken also reports the fencing token.
 func (f FairSet) TryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
-	c := f.set.cmd(FileFairTryLockWait, 7, 8)
-	c.key(k.Name).key(k.Queue).key(k.Timeouts).key(k.ScalableQueue()).str(a.acquireLatch(k)).key(k.Channel).key(k.Grace())
-	c.num(a.LeaseMs).key(a.Owner).num(a.WaitMs).now(a.NowMs).num(a.GraceMs).num(a.acquireLatchMs()).key(a.pubCmd()).key(UnlockMessage)
-	acquired, ttlMs, err = nilOrInt(c.run(ctx, rdb))
-	return acquired, ttlMs, acquireErr(err)
+	acquired, ttlMs, _, err = f.TryLockWaitToken(ctx, rdb, k, a)
+	return acquired, ttlMs, err
 }
 
 // AcquireFailed runs fair_acquire_failed.lua (reads Owner, WaitMs, GraceMs,

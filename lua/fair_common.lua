@@ -184,6 +184,34 @@ local function take_or_reenter(owner, lease, wait, head)
     return false, false
 end
 
+-- The fencing token (not in Redisson's fair lock; the key is its fenced
+-- lock's "redisson_lock_token:{name}", so both share one sequence). A take
+-- (the hold count is now 1) INCRs it; a re-entry returns the holder's
+-- current token, INCRing only when the key holds none (deleted by hand, or
+-- the hold was taken by a version without tokens). token_check runs before
+-- anything is written, so a key that cannot be INCRed fails the script
+-- before the take.
+local function token_check(key)
+    local v = redis.pcall('get', key)
+    if type(v) == 'table' and v.err then
+        return redis.error_reply('fairlock: fencing token key ' .. key .. ': ' .. v.err)
+    end
+    if v and not string.match(v, '^-?%d+$') then
+        return redis.error_reply('fairlock: fencing token key ' .. key .. ' does not hold an integer')
+    end
+    return nil
+end
+
+local function fair_token(key, owner)
+    if redis.call('hget', LOCK, owner) ~= '1' then
+        local t = tonumber(redis.call('get', key))
+        if t and t > 0 then
+            return t
+        end
+    end
+    return redis.call('incr', key)
+end
+
 -- Join at the tail (Redisson's rule): the deadline is the tail's plus the
 -- slot, or now + PTTL + slot when nobody with a deadline is ahead.
 local function join(owner, wait, now)

@@ -6,9 +6,11 @@
 -- KEYS[2]  queue "redisson_lock_queue:{name}"
 -- KEYS[3]  timeouts "redisson_lock_timeout:{name}"
 -- KEYS[4]  scalable queue "fairlock_squeue:{name}" (not in Redisson)
--- KEYS[5]  acquisition latch (not in Redisson; see latch_common.lua)
--- KEYS[6]  channel prefix "redisson_lock__channel:{name}" (not in Redisson)
--- KEYS[7]  head grace "fairlock_grace:{name}" (not in Redisson)
+-- KEYS[5]  fencing token "redisson_lock_token:{name}" (not in Redisson's
+--          fair lock: its fenced lock's token key, see fair_token)
+-- KEYS[6]  acquisition latch (not in Redisson; see latch_common.lua)
+-- KEYS[7]  channel prefix "redisson_lock__channel:{name}" (not in Redisson)
+-- KEYS[8]  head grace "fairlock_grace:{name}" (not in Redisson)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner id
 -- ARGV[3]  the caller's wait slot in milliseconds
@@ -18,8 +20,9 @@
 -- ARGV[7]  publish command: "publish" or "spublish" (not in Redisson)
 -- ARGV[8]  wake-up message, "0" (not in Redisson)
 --
--- Reply: "OK" when ARGV[2] now holds the lock (Redisson: nil, see
--- acquire.lua). Otherwise the caller is queued (it joins at the tail if it
+-- Reply: {-1, token} when ARGV[2] now holds the lock (Redisson: nil), with
+-- the holder's fencing token (fair_token; a later copy of the request gets
+-- the same token, latch_common.lua). Otherwise the caller is queued (it joins at the tail if it
 -- was not) and the reply is how long it may sleep before trying again (see
 -- reply in fair_common.lua; Redisson replies the tail's time left to a new
 -- waiter and the PTTL, or 0 on a free lock, to a queued one). An error
@@ -27,22 +30,27 @@
 local owner, wait = ARGV[2], tonumber(ARGV[3])
 local now, grace = tonumber(ARGV[4]), tonumber(ARGV[5])
 
-fair_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], ARGV[7], ARGV[8], false)
+fair_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7], KEYS[8], ARGV[7], ARGV[8], false)
 local refused = q_refuse(KEYS[1])
 if refused then
     return refused
 end
-local replay = latch_check(KEYS[5], ARGV[6], KEYS[1], owner)
+local replay = latch_check(KEYS[6], ARGV[6], KEYS[1], owner)
 if replay then
     return replay
+end
+local bad_token = token_check(KEYS[5])
+if bad_token then
+    return bad_token
 end
 local head, head0, second0 = begin()
 head = prune(owner, now, head, grace)
 local held, cut = take_or_reenter(owner, ARGV[1], wait, head)
 if held then
-    latch_grant(KEYS[5], ARGV[6])
+    local token = fair_token(KEYS[5], owner)
+    latch_grant(KEYS[6], ARGV[6], token)
     finish(owner, head0, second0, cut, grace)
-    return 'OK'
+    return {-1, token}
 end
 if not q_queued(owner) then
     join(owner, wait, now)

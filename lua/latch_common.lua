@@ -13,12 +13,23 @@
 --            once it does not (released, or lost), an error: the request was
 --            granted and its hold is over, so a late copy never takes the
 --            lock again;
+--   'held:<token>'  the same, for a script that returns a fencing token
+--            (the fenced lock, the fair lock): a later copy replies
+--            {-1, <token>}, the token the first copy got, never a new one;
 --   'void'   the caller gave up on the request (abandon.lua; 'void:held'
 --            when a copy had taken the lock, which the caller gives back):
 --            a late copy does nothing at all (it neither takes the lock nor
 --            queues).
 -- A latch lives ttl milliseconds from the copy that wrote it; ttl 0 (an
 -- acquisition sent with no request id) skips the latch.
+
+-- The token of a latch 'held:<token>', else nil.
+local function latch_token(state)
+    if type(state) == 'string' and string.sub(state, 1, 5) == 'held:' then
+        return tonumber(string.sub(state, 6))
+    end
+    return nil
+end
 
 -- Before anything else: returns the reply to give at once, or nil to run.
 local function latch_check(latch, ttl, lock, owner)
@@ -29,19 +40,27 @@ local function latch_check(latch, ttl, lock, owner)
     if state == 'void' or state == 'void:held' then
         return redis.error_reply('fairlock: acquisition request abandoned')
     end
-    if state == 'held' then
+    if state == 'held' or latch_token(state) then
         if redis.call('hexists', lock, owner) == 1 then
-            return 'OK'
+            if state == 'held' then
+                return 'OK'
+            end
+            return {-1, latch_token(state)}
         end
         return redis.error_reply('fairlock: acquisition request already granted and its hold is over')
     end
     return nil
 end
 
--- After the owner took or re-entered the lock.
-local function latch_grant(latch, ttl)
+-- After the owner took or re-entered the lock; token: the fencing token the
+-- acquisition returns, kept for a later copy (nil: none, plain 'held').
+local function latch_grant(latch, ttl, token)
     if tonumber(ttl) > 0 then
-        redis.call('set', latch, 'held', 'px', ttl)
+        if token then
+            redis.call('set', latch, 'held:' .. token, 'px', ttl)
+        else
+            redis.call('set', latch, 'held', 'px', ttl)
+        end
     end
 end
 

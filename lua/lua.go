@@ -93,6 +93,7 @@ type Keys struct {
 	alatch   string
 	squeue   string // the scalable engine's queue, see ScalableQueue
 	grace    string // the fair lock's head grace, see Grace
+	token    string // the fencing token counter, see Token
 }
 
 // KeysFor returns the keys of the lock called name. It does not validate the
@@ -107,6 +108,7 @@ func KeysFor(name string) Keys {
 		alatch:   prefixName(acquireLatchPrefix, name),
 		squeue:   prefixName(squeuePrefix, name),
 		grace:    prefixName(gracePrefix, name),
+		token:    prefixName(tokenPrefix, name),
 	}
 }
 
@@ -142,14 +144,15 @@ const (
 	FileFairUnlock        = "fair_unlock.lua"
 	FileFairForceUnlock   = "fair_force_unlock.lua"
 	FileAbandon           = "abandon.lua"
-	fileFairCommon        = "fair_common.lua"
-	fileQueueRedisson     = "queue_redisson.lua"
-	fileLatchCommon       = "latch_common.lua"
+	// FileFencedAcquire is in fenced.go.
+	fileFairCommon    = "fair_common.lua"
+	fileQueueRedisson = "queue_redisson.lua"
+	fileLatchCommon   = "latch_common.lua"
 )
 
 // Files lists every script, in a fixed order.
 var Files = []string{
-	FileAcquire, FileUnlock, FileForceUnlock, FileRenew, FileAbandon,
+	FileAcquire, FileUnlock, FileForceUnlock, FileRenew, FileAbandon, FileFencedAcquire,
 	FileFairTryLock, FileFairTryLockWait, FileFairAcquireFailed, FileFairUnlock, FileFairForceUnlock,
 }
 

@@ -75,12 +75,33 @@ const GraceMargin int64 = 60_000
 // the queue), or re-enters a lock owner holds. waitMs is the caller's slot,
 // by which the remaining deadlines drop when it takes the lock.
 func (l *Lock) FairTryLock(server, now int64, owner string, leaseMs, waitMs, graceMs int64) (acquired bool) {
+	acquired, _ = l.FairTryLockToken(server, now, owner, leaseMs, waitMs, graceMs)
+	return acquired
+}
+
+// FairTryLockToken is FairTryLock also replying the holder's fencing token
+// when acquired (see fairToken).
+func (l *Lock) FairTryLockToken(server, now int64, owner string, leaseMs, waitMs, graceMs int64) (acquired bool, token int64) {
 	l.Advance(server)
 	head0, second0 := l.front()
 	l.prune(server, now, owner, graceMs)
 	held, cut := l.takeOrReenter(server, owner, leaseMs, waitMs)
+	if held {
+		token = l.fairToken(owner)
+	}
 	l.finish(server, "", head0, second0, cut, graceMs)
-	return held
+	return held, token
+}
+
+// fairToken is the fair lock's fencing token (not in Redisson's RFairLock;
+// the key is its fenced lock's): the take (free -> held, the owner's count
+// is 1) increments it; a re-entry keeps the holder's token, incrementing it
+// only when the key holds none.
+func (l *Lock) fairToken(owner string) int64 {
+	if l.Holds[owner] == 1 || l.Token <= 0 {
+		l.Token++
+	}
+	return l.Token
 }
 
 // FairTryLockWait is fair_try_lock_wait.lua: take the lock as FairTryLock
@@ -99,18 +120,26 @@ func (l *Lock) FairTryLock(server, now int64, owner string, leaseMs, waitMs, gra
 // A new waiter gets the same reply (Redisson tells it the time until the
 // tail runs out; the reply is only the caller's to read).
 func (l *Lock) FairTryLockWait(server, now int64, owner string, leaseMs, waitMs, graceMs int64) (acquired bool, ttlMs int64) {
+	acquired, ttlMs, _ = l.FairTryLockWaitToken(server, now, owner, leaseMs, waitMs, graceMs)
+	return acquired, ttlMs
+}
+
+// FairTryLockWaitToken is FairTryLockWait also replying the holder's
+// fencing token when acquired (see fairToken).
+func (l *Lock) FairTryLockWaitToken(server, now int64, owner string, leaseMs, waitMs, graceMs int64) (acquired bool, ttlMs, token int64) {
 	l.Advance(server)
 	head0, second0 := l.front()
 	l.prune(server, now, owner, graceMs)
 	if held, cut := l.takeOrReenter(server, owner, leaseMs, waitMs); held {
+		token = l.fairToken(owner)
 		l.finish(server, owner, head0, second0, cut, graceMs)
-		return true, 0
+		return true, 0, token
 	}
 	if _, queued := l.Deadlines[owner]; !queued {
 		l.join(server, now, owner, waitMs)
 	}
 	l.finish(server, owner, head0, second0, false, graceMs)
-	return false, l.reply(server, now, owner, graceMs)
+	return false, l.reply(server, now, owner, graceMs), 0
 }
 
 // FairAcquireFailed is fair_acquire_failed.lua: owner gives up waiting and

@@ -121,6 +121,14 @@ type Lock struct {
 	// Latches are the unlock latches by request id.
 	Latches map[string]Latch
 
+	// Token is the fencing token key "redisson_lock_token:{name}" (0: absent):
+	// INCRed by every fenced acquisition and by every fair take. It never
+	// expires. See fenced.go.
+	Token int64
+	// AcquireLatches are the acquisition latches by request id (modelled for
+	// the fenced lock's machine; see fenced.go).
+	AcquireLatches map[string]AcquireLatch
+
 	// Published is every message published so far, in order.
 	Published []Message
 }
@@ -132,6 +140,8 @@ func New(name string) *Lock {
 		Holds:     map[string]int64{},
 		Deadlines: map[string]int64{},
 		Latches:   map[string]Latch{},
+
+		AcquireLatches: map[string]AcquireLatch{},
 	}
 }
 
@@ -144,6 +154,7 @@ func (l *Lock) Clone() *Lock {
 	c.Holds = maps.Clone(l.Holds)
 	c.Deadlines = maps.Clone(l.Deadlines)
 	c.Latches = maps.Clone(l.Latches)
+	c.AcquireLatches = maps.Clone(l.AcquireLatches)
 	c.Queue = slices.Clone(l.Queue)
 	c.Published = slices.Clone(l.Published)
 	return &c
@@ -177,6 +188,11 @@ func (l *Lock) Advance(server int64) {
 	for id, la := range l.Latches {
 		if la.ExpiresAt <= server {
 			delete(l.Latches, id)
+		}
+	}
+	for id, la := range l.AcquireLatches {
+		if la.ExpiresAt <= server {
+			delete(l.AcquireLatches, id)
 		}
 	}
 }
@@ -326,6 +342,12 @@ func (l *Lock) String() string {
 	}
 	if len(l.Latches) > 0 {
 		fmt.Fprintf(&b, " latches=%v", l.Latches)
+	}
+	if l.Token != 0 {
+		fmt.Fprintf(&b, " token=%d", l.Token)
+	}
+	if len(l.AcquireLatches) > 0 {
+		fmt.Fprintf(&b, " acquireLatches=%v", l.AcquireLatches)
 	}
 	return b.String()
 }

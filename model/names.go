@@ -10,7 +10,9 @@ type Names struct {
 	Queue    string // redisson_lock_queue:{name}
 	Timeouts string // redisson_lock_timeout:{name}
 	Grace    string // fairlock_grace:{name}: the fair lock's head grace (not in Redisson)
+	Token    string // redisson_lock_token:{name}: the fencing token (fenced lock; fair lock, not in Redisson)
 	latch    string
+	alatch   string
 }
 
 // NamesFor returns the names of the lock called name.
@@ -21,7 +23,9 @@ func NamesFor(name string) Names {
 		Queue:    tagged("redisson_lock_queue", name),
 		Timeouts: tagged("redisson_lock_timeout", name),
 		Grace:    tagged("fairlock_grace", name),
+		Token:    tagged("redisson_lock_token", name),
 		latch:    tagged("redisson_unlock_latch", name),
+		alatch:   tagged("fairlock_acquire_latch", name),
 	}
 }
 
@@ -43,3 +47,7 @@ func tagged(prefix, name string) string {
 	}
 	return prefix + ":{" + name + "}"
 }
+
+// AcquireLatchPrefix is what every acquisition latch key of this lock
+// starts with ("fairlock_acquire_latch:{name}:"; the request id follows).
+func (n Names) AcquireLatchPrefix() string { return n.alatch + ":" }

@@ -185,6 +185,8 @@ func dump(ctx context.Context, rdb *redis.Client, names model.Names, server int6
 	timeoutsPTTL := pipe.PTTL(ctx, names.Timeouts)
 	grace := pipe.Get(ctx, names.Grace)
 	gracePTTL := pipe.PTTL(ctx, names.Grace)
+	token := pipe.Get(ctx, names.Token)
+	tokenPTTL := pipe.PTTL(ctx, names.Token)
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, err
 	}
@@ -217,19 +219,27 @@ func dump(ctx context.Context, rdb *redis.Client, names model.Names, server int6
 	if err := dumpGrace(l, grace, gracePTTL, server); err != nil {
 		return nil, err
 	}
+	if err := dumpToken(l, token, tokenPTTL); err != nil {
+		return nil, err
+	}
 
-	var latchKeys, stray []string
+	var latchKeys, alatchKeys, stray []string
 	for _, k := range all.Val() {
 		switch {
-		case k == names.Lock, k == names.Queue, k == names.Timeouts, k == names.Grace:
+		case k == names.Lock, k == names.Queue, k == names.Timeouts, k == names.Grace, k == names.Token:
 		case strings.HasPrefix(k, names.LatchPrefix()):
 			latchKeys = append(latchKeys, k)
+		case strings.HasPrefix(k, names.AcquireLatchPrefix()):
+			alatchKeys = append(alatchKeys, k)
 		default:
 			stray = append(stray, k)
 		}
 	}
 	if len(stray) > 0 {
 		return nil, fmt.Errorf("unexpected keys %v", stray)
+	}
+	if err := dumpAcquireLatches(ctx, rdb, l, names, alatchKeys, server); err != nil {
+		return nil, err
 	}
 	if len(latchKeys) > 0 {
 		slices.Sort(latchKeys)

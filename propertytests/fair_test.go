@@ -55,11 +55,14 @@ func (h *harness) fairTryLockWait(t *rapid.T, owner string) {
 	lease, wait := h.lease(t), h.wait(t)
 	a := h.args(owner, lease, wait)
 	before := h.begin()
-	wantOK, wantTTL := h.m.FairTryLockWait(h.server, a.NowMs, owner, lease, wait, a.GraceMs)
-	gotOK, gotTTL, err := h.scripts.FairTryLockWait(h.ctx, h.rdb, h.keys, a)
+	wantOK, wantTTL, wantTok := h.m.FairTryLockWaitToken(h.server, a.NowMs, owner, lease, wait, a.GraceMs)
+	gotOK, gotTTL, gotTok, err := h.scripts.Fair().TryLockWaitToken(h.ctx, h.rdb, h.keys, a)
 	h.noErr(t, "fairTryLockWait", err)
 	if wantOK != gotOK {
 		t.Fatalf("fairTryLockWait by %s: model acquired=%v, Redis %v\nbefore: %v", owner, wantOK, gotOK, before)
+	}
+	if wantTok != gotTok {
+		t.Fatalf("fairTryLockWait by %s: model token %d, Redis %d\nbefore: %v", owner, wantTok, gotTok, before)
 	}
 	if !wantOK {
 		h.checkTTL(t, "fairTryLockWait ttl of "+owner, wantTTL, gotTTL)
@@ -93,11 +96,11 @@ func (h *harness) fairTryLock(t *rapid.T, owner string) {
 	lease, wait := h.lease(t), h.wait(t)
 	a := h.args(owner, lease, wait)
 	before := h.begin()
-	want := h.m.FairTryLock(h.server, a.NowMs, owner, lease, wait, a.GraceMs)
-	got, err := h.scripts.FairTryLock(h.ctx, h.rdb, h.keys, a)
+	want, wantTok := h.m.FairTryLockToken(h.server, a.NowMs, owner, lease, wait, a.GraceMs)
+	got, gotTok, err := h.scripts.Fair().TryLockToken(h.ctx, h.rdb, h.keys, a)
 	h.noErr(t, "fairTryLock", err)
-	if want != got {
-		t.Fatalf("fairTryLock by %s: model %v, Redis %v\nbefore: %v", owner, want, got, before)
+	if want != got || wantTok != gotTok {
+		t.Fatalf("fairTryLock by %s: model %v token %d, Redis %v token %d\nbefore: %v", owner, want, wantTok, got, gotTok, before)
 	}
 	h.end(t, model.Step{Op: model.OpFairTryLock, Owner: owner, Now: a.NowMs, WaitMs: wait, GraceMs: a.GraceMs, Acquired: got}, before)
 }

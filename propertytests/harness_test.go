@@ -270,6 +270,14 @@ func (h *harness) compare(got *model.Lock, published []model.Message, before *mo
 	}) {
 		return fmt.Errorf("latches %v, want %v", got.Latches, want.Latches)
 	}
+	if want.Token != got.Token {
+		return fmt.Errorf("token key %d, want %d", got.Token, want.Token)
+	}
+	if !maps.EqualFunc(want.AcquireLatches, got.AcquireLatches, func(w, g model.AcquireLatch) bool {
+		return w.State == g.State && w.Token == g.Token && h.within(w.ExpiresAt-h.server, g.ExpiresAt-h.server)
+	}) {
+		return fmt.Errorf("acquisition latches %v, want %v", got.AcquireLatches, want.AcquireLatches)
+	}
 	if wantPub := want.Published[len(before.Published):]; !slices.Equal(wantPub, published) {
 		return fmt.Errorf("published %v, want %v", published, wantPub)
 	}

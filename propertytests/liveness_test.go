@@ -466,7 +466,7 @@ func withAttempt(ctx context.Context, a *attempt) context.Context {
 }
 
 // replyHook is a go-redis hook that times the scripts run on behalf of an
-// attempt and reads their replies: "OK" is a grant, an integer from a
+// attempt and reads their replies: "OK" or {-1, token} is a grant, an integer from a
 // waiting acquisition's first script call (before any grant) means it is
 // queued.
 type replyHook struct{ h *history }
@@ -493,6 +493,10 @@ func (r replyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		switch v := c.Val().(type) {
 		case string:
 			if v == "OK" {
+				r.h.granting(a, start)
+			}
+		case []any: // a fair grant with its fencing token: {-1, token}
+			if len(v) == 2 && v[1] != int64(-1) {
 				r.h.granting(a, start)
 			}
 		case int64:

@@ -333,6 +333,9 @@ func (h *scHarness) compare(f, s *model.Lock, fpub, spub []model.Message) error 
 	if !slices.Equal(f.Queue, s.Queue) {
 		return fmt.Errorf("queue %v vs %v", f.Queue, s.Queue)
 	}
+	if f.Token != s.Token {
+		return fmt.Errorf("token %d vs %d", f.Token, s.Token)
+	}
 	if !maps.EqualFunc(f.Deadlines, s.Deadlines, h.within) {
 		return fmt.Errorf("deadlines %v vs %v", f.Deadlines, s.Deadlines)
 	}
@@ -369,6 +372,9 @@ func (h *scHarness) compareModel(s *model.Lock, spub []model.Message) error {
 	}
 	if !slices.Equal(m.Queue, s.Queue) {
 		return fmt.Errorf("queue %v, model %v", s.Queue, m.Queue)
+	}
+	if m.Token != s.Token {
+		return fmt.Errorf("token %d, model %d", s.Token, m.Token)
 	}
 	if !maps.EqualFunc(m.Deadlines, s.Deadlines, h.within) {
 		return fmt.Errorf("deadlines %v, model %v", s.Deadlines, m.Deadlines)
@@ -500,6 +506,12 @@ func dumpScalable(ctx context.Context, rdb *redis.Client, k lua.Keys, server int
 	for _, key := range all.Val() {
 		switch {
 		case key == k.Name, key == k.ScalableQueue(), key == k.Grace():
+		case key == k.Token(): // the fencing token (fair_token), as the faithful engine's
+			n, err := rdb.Get(ctx, key).Int64()
+			if err != nil {
+				return nil, fmt.Errorf("token key: %w", err)
+			}
+			l.Token = n
 		case strings.HasPrefix(key, l.Names().LatchPrefix()):
 			latches = append(latches, key)
 		default:

@@ -61,6 +61,8 @@ demo flags:
   --seed N         seed of the hold-time jitter               (default 1)
   --grants N       rows of the arrival/grant table            (default 16)
   -q               no progress lines
+  --stale-writer   instead: a booker paused past its lease writes late
+                   and the fencing token rejects its write
 
 inspect flags:
   --redis ADDR     host:port or redis:// URL (required)
@@ -180,6 +182,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Uint64Var(&c.Seed, "seed", 1, "")
 	grants := fs.Int("grants", 16, "")
 	quiet := fs.Bool("q", false, "")
+	stale := fs.Bool("stale-writer", false, "")
 	pos, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -208,6 +211,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return bad("%v", err)
 	}
 	desc := ""
+	var mini *miniredis.Miniredis
 	if *addr == "" {
 		srv, err := miniredis.Run()
 		if err != nil {
@@ -215,6 +219,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer srv.Close()
+		mini = srv
 		c.Redis = &redis.Options{Addr: srv.Addr()}
 		desc = "embedded miniredis (" + srv.Addr() + ")"
 	} else {
@@ -231,6 +236,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stderr, "fairlock demo: %v\n", err)
 		return 1
+	}
+	if *stale {
+		return runStale(ctx, c, mini, desc, stdout, stderr)
 	}
 	if !*quiet {
 		c.Progress = stdout
@@ -251,6 +259,26 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				r.Kind, r.DoubleBookings, r.QueueMismatches)
 			return 1
 		}
+	}
+	return 0
+}
+
+// runStale is demo --stale-writer: exit 1 unless the late write was
+// rejected and the seat kept the fresh booking.
+func runStale(ctx context.Context, c demo.Config, mini *miniredis.Miniredis, desc string, stdout, stderr io.Writer) int {
+	fmt.Fprintf(stdout, "Redis: %s; key names contain %q\n\n", desc, c.Prefix)
+	r, err := demo.RunStale(ctx, demo.StaleConfig{Redis: c.Redis, Prefix: c.Prefix, Mini: mini})
+	if ctx.Err() != nil {
+		return interrupted(stderr)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "fairlock demo: %v\n", err)
+		return 1
+	}
+	demo.ReportStale(stdout, r)
+	if a, ok := r.Step("A"); !ok || a.Result.Accepted || r.FinalHolder != "B" {
+		fmt.Fprintln(stderr, "fairlock demo: the stale write was not rejected")
+		return 1
 	}
 	return 0
 }

@@ -21,6 +21,8 @@ import (
 type Engine interface {
 	// Try makes one attempt. With queue set it may join a wait queue (the
 	// fair lock); ttlMs then says how long to wait before the next attempt.
+	// When acquired, ttlMs carries the acquisition's fencing token instead
+	// (0 for an engine without tokens); see AcquireOpts.Token.
 	Try(ctx context.Context, a lua.Args, queue bool) (acquired bool, ttlMs int64, err error)
 	// GiveUp leaves the wait queue after attempts made with queue set.
 	GiveUp(ctx context.Context, a lua.Args) error
@@ -103,6 +105,9 @@ type AcquireOpts struct {
 	Wait  time.Duration // how long to wait; 0: one attempt; Forever: until ctx ends
 	Slot  time.Duration // fair lock wait slot; 0: the session's
 	Queue bool          // attempts may join the fair queue
+	// Token, when not nil, receives the fencing token of the acquisition
+	// that succeeded (Engine.Try's ttlMs when acquired; 0: none).
+	Token *int64
 }
 
 func canceled(err error) error { return fmt.Errorf("%w: %w", ErrCanceled, err) }
@@ -206,6 +211,9 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		if !m.granted(sent, a.LeaseMs, watchdogKept) {
 			m.undo(a) // closed meanwhile
 			return false, 0, ErrClosed
+		}
+		if o.Token != nil {
+			*o.Token = ttl
 		}
 		return true, 0, nil
 	}

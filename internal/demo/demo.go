@@ -346,7 +346,8 @@ func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if !c.Keep {
-		_ = r.observer.Del(cctx, r.next, r.bookings).Err()
+		// With the fair lock's fencing token counter, which never expires.
+		_ = r.observer.Del(cctx, r.next, r.bookings, r.keys.Token()).Err()
 	}
 	for _, k := range []string{r.keys.Name, r.keys.Queue, r.keys.Timeouts} {
 		if n, err := r.observer.Exists(cctx, k).Result(); err == nil && n > 0 {
@@ -637,7 +638,8 @@ func (h *arrivalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			acquired := false
 			if c, ok := cmd.(*redis.Cmd); ok {
 				v, rerr := c.Result()
-				acquired = v == "OK" || errors.Is(rerr, redis.Nil)
+				tok, _ := v.([]any) // a fair grant with its fencing token: {-1, token}
+				acquired = v == "OK" || errors.Is(rerr, redis.Nil) || len(tok) == 2 && tok[1] != int64(-1)
 			}
 			f(acquired)
 		}
