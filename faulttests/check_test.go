@@ -77,6 +77,27 @@ func TestCheckExclusion(t *testing.T) {
 	// and not for a window that began after the event
 	h.Windows = []*Window{win("a:1", 0, 3*s, 4*s), win("b:1", 1, 3500*time.Millisecond, 5*s)}
 	expect(t, CheckExclusion(h), "exclusion", 1)
+
+	// A ForceUnlock while an acquisition call was in flight may have
+	// deleted the hold that call took before its reply came back: the two
+	// windows that then begin together are excused if the older call's
+	// window ends within its lease of the ForceUnlock...
+	h.Faults = nil
+	fu := &Call{ID: 9, Client: 2, Owner: "c:1", Lock: "L", Op: "ForceUnlock", Start: 2 * s, End: 2*s + ms(10), CtxEnd: Never, Acquired: true}
+	ca := &Call{ID: 1, Client: 0, Owner: "a:1", Lock: "L", Op: "Lock", Wait: true, Start: 1 * s, End: 3 * s, CtxEnd: Never, Acquired: true}
+	cb := &Call{ID: 2, Client: 1, Owner: "b:1", Lock: "L", Op: "Lock", Wait: true, Start: ms(2500), End: 3 * s, CtxEnd: Never, Acquired: true}
+	h.Calls = []*Call{fu, ca, cb}
+	wa, wb := win("a:1", 0, 3*s, 4*s), win("b:1", 1, 3*s, 5*s)
+	wa.CallID, wb.CallID = 1, 2
+	h.Windows = []*Window{wb, wa}
+	expect(t, CheckExclusion(h), "exclusion", 0)
+	// ...not when the older hold outlives that lease...
+	wa.UnlockAt = 9 * s
+	expect(t, CheckExclusion(h), "exclusion", 1)
+	// ...and not when both calls began after the ForceUnlock.
+	wa.UnlockAt = 4 * s
+	ca.Start = ms(2200)
+	expect(t, CheckExclusion(h), "exclusion", 1)
 }
 
 func TestCheckOrder(t *testing.T) {

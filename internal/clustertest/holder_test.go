@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -142,4 +143,75 @@ func TestStoppedPrimaryDelaysOnlyItsLocks(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A ForceUnlock while an acquisition waits for its replica's
+// acknowledgement deletes the hold that acquisition took: the acquisition
+// must not then return as the holder, since another owner may already hold
+// the lock (found by faulttests' TestReplicaFailover: "two owners believe
+// they hold the lock for 801ms").
+func TestForceUnlockDuringReplicaWaitIsSeen(t *testing.T) {
+	st := redistest.SentinelsT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: st.Primary.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := newClient(t, rdb, fairlock.WithReplicaAck(2800*time.Millisecond))
+	name := redistest.Prefix(t) + "lock"
+	a, err := reentrant.New(c, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := reentrant.New(c, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Replica.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	t.Cleanup(func() {
+		if !resumed {
+			_ = st.Replica.Resume()
+		}
+	})
+	got := make(chan error, 1)
+	go func() { got <- a.LockWithLease(ctx, 20*time.Second) }()
+	// a's script has run; a now waits for the paused replica.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		held, err := rdb.HExists(ctx, name, a.Owner()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a's acquisition never reached Redis")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := rdb.Del(ctx, name).Result(); err != nil { // what ForceUnlock does
+		t.Fatal(err)
+	}
+	if err := rdb.HSet(ctx, name, b.Owner(), 1).Err(); err != nil { // another owner takes it
+		t.Fatal(err)
+	}
+	resumed = true
+	if err := st.Replica.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	err = <-got
+	if err == nil {
+		held, _ := rdb.HExists(ctx, name, a.Owner()).Result()
+		t.Fatalf("a's Lock returned as the holder (a in Redis: %v) while %s holds the lock", held, b.Owner())
+	}
+	if !errors.Is(err, fairlock.ErrLost) {
+		t.Fatalf("a's Lock: %v, want an error matching ErrLost", err)
+	}
+	_ = rdb.Del(ctx, name).Err()
 }

@@ -188,8 +188,8 @@ func (s *Session) confirmOn(ctx context.Context, node *redis.Client, asking bool
 	if err != nil || n == 0 {
 		return err
 	}
-	var held *redis.Cmd
-	var wait *redis.Cmd
+	var held, wait *redis.Cmd
+	var still *redis.BoolCmd
 	_, err = node.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if asking {
 			p.Do(ctx, "asking")
@@ -198,6 +198,14 @@ func (s *Session) confirmOn(ctx context.Context, node *redis.Client, asking bool
 		// Keep the ack timeout under the client's read timeout (3 s by
 		// default): the pipeline's reply is read with that timeout.
 		wait = p.Do(ctx, "wait", n, s.Config.ReplicaAck.Milliseconds())
+		// The hold again, after the wait: a ForceUnlock (or a loss) while
+		// WAIT blocked would otherwise go unseen until the first renewal,
+		// and the caller would return holding a lock that another owner
+		// may already have taken. Same connection, no extra round trip.
+		if asking {
+			p.Do(ctx, "asking")
+		}
+		still = p.HExists(ctx, name, owner)
 		return nil
 	})
 	if err == nil {
@@ -212,6 +220,11 @@ func (s *Session) confirmOn(ctx context.Context, node *redis.Client, asking bool
 	acked, err := wait.Int64()
 	if err != nil {
 		return err
+	}
+	if ok, err := still.Result(); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("%w: %q: gone from the primary while waiting for a replica's acknowledgement", ErrLost, name)
 	}
 	if acked < int64(n) {
 		s.forgetReplicas(node) // a replica may have left: count again next time
