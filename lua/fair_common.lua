@@ -163,7 +163,7 @@ end
 -- queue and lowers every remaining deadline by its slot (Redisson's rule).
 -- head: the head (q_front). Returns whether owner holds the lock now, and
 -- whether a re-entry cut the lease short (the waiters were told the old
--- one).
+-- one), and whether it was a fresh take (not a re-entry).
 local function take_or_reenter(owner, lease, wait, head)
     if lock_free() then
         if head and head ~= owner then
@@ -173,15 +173,15 @@ local function take_or_reenter(owner, lease, wait, head)
         redis.call('hset', LOCK, owner, 1)
         redis.call('pexpire', LOCK, lease)
         FREE = false
-        return true, false
+        return true, false, true
     end
     if redis.call('hexists', LOCK, owner) == 1 then
         local pttl = redis.call('pttl', LOCK)
         redis.call('hincrby', LOCK, owner, 1)
         redis.call('pexpire', LOCK, lease)
-        return true, pttl == -1 or tonumber(lease) < pttl
+        return true, pttl == -1 or tonumber(lease) < pttl, false
     end
-    return false, false
+    return false, false, false
 end
 
 -- The fencing token (not in Redisson's fair lock; the key is its fenced
@@ -191,6 +191,8 @@ end
 -- the hold was taken by a version without tokens). token_check runs before
 -- anything is written, so a key that cannot be INCRed fails the script
 -- before the take.
+local TOKEN -- the token key's value as token_check read it (nil: none)
+
 local function token_check(key)
     local v = redis.pcall('get', key)
     if type(v) == 'table' and v.err then
@@ -199,15 +201,15 @@ local function token_check(key)
     if v and not string.match(v, '^-?%d+$') then
         return redis.error_reply('fairlock: fencing token key ' .. key .. ' does not hold an integer')
     end
+    TOKEN = tonumber(v)
     return nil
 end
 
-local function fair_token(key, owner)
-    if redis.call('hget', LOCK, owner) ~= '1' then
-        local t = tonumber(redis.call('get', key))
-        if t and t > 0 then
-            return t
-        end
+-- fair_token, after take_or_reenter granted the lock (fresh: a take, not a
+-- re-entry) and token_check read the key.
+local function fair_token(key, fresh)
+    if not fresh and TOKEN and TOKEN > 0 then
+        return TOKEN
     end
     return redis.call('incr', key)
 end

@@ -43,10 +43,10 @@ if bad_token then
 end
 local head, head0, second0 = begin()
 head = prune(owner, now, head, grace)
-local held, cut = take_or_reenter(owner, ARGV[1], wait, head)
+local held, cut, fresh = take_or_reenter(owner, ARGV[1], wait, head)
 local token
 if held then
-    token = fair_token(KEYS[5], owner)
+    token = fair_token(KEYS[5], fresh)
     latch_grant(KEYS[6], ARGV[5], token)
 end
 finish(nil, head0, second0, cut, grace)

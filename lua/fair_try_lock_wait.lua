@@ -45,9 +45,9 @@ if bad_token then
 end
 local head, head0, second0 = begin()
 head = prune(owner, now, head, grace)
-local held, cut = take_or_reenter(owner, ARGV[1], wait, head)
+local held, cut, fresh = take_or_reenter(owner, ARGV[1], wait, head)
 if held then
-    local token = fair_token(KEYS[5], owner)
+    local token = fair_token(KEYS[5], fresh)
     latch_grant(KEYS[6], ARGV[6], token)
     finish(owner, head0, second0, cut, grace)
     return {-1, token}
