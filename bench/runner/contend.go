@@ -179,3 +179,17 @@ wait:
 	_ = bump
 	return res, ctx.Err()
 }
+
+// merge adds another run's figures to res.
+func (res *contendResult) merge(o contendResult) {
+	res.grants += o.grants
+	res.elapsed += o.elapsed
+	res.handoff = append(res.handoff, o.handoff...)
+	res.other = append(res.other, o.other...)
+	res.self += o.self
+	res.violations += o.violations
+	res.errors += o.errors
+	if res.firstErr == nil {
+		res.firstErr = o.firstErr
+	}
+}

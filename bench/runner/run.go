@@ -62,6 +62,8 @@ type params struct {
 	cpuHold      time.Duration // hold time in the cpu scenario
 	contClients  int
 	contPerCl    int
+	contChunks   int // passes of the contention scenario per round
+	chainChunk   int // chain floor samples before each library's contention turn
 	drainTimeout time.Duration
 }
 
@@ -69,11 +71,11 @@ func (c Config) params() params {
 	if c.Quick {
 		return params{cycles: 30, floorN: 30, duration: 150 * time.Millisecond, fairN: 6, arrivalGap: 5 * time.Millisecond,
 			handoffK: []int{1, 3}, handoffN: 20, cpuWaiters: 8, cpuHold: time.Millisecond,
-			contClients: 2, contPerCl: 2, drainTimeout: 60 * time.Second}
+			contClients: 2, contPerCl: 2, contChunks: 2, chainChunk: 10, drainTimeout: 60 * time.Second}
 	}
 	return params{cycles: 2000, floorN: 2000, duration: 3 * time.Second, fairN: 32, arrivalGap: 5 * time.Millisecond,
 		handoffK: []int{1, 10, 100}, handoffN: 500, cpuWaiters: 100, cpuHold: time.Millisecond,
-		contClients: 4, contPerCl: 8, drainTimeout: 20 * time.Minute}
+		contClients: 4, contPerCl: 8, contChunks: 6, chainChunk: 50, drainTimeout: 20 * time.Minute}
 }
 
 // Results holds every figure of a run, per scenario and library.
@@ -120,6 +122,8 @@ type drainRow struct {
 
 type cpuRow struct {
 	cpuPer, cpuNet, perHandoff, cmdsPer summary
+	redisCmds, cmdUsec                  summary             // commandstats calls and top-level usec per handoff, net of idle
+	perCmd                              map[string]*summary // commandstats calls per handoff, per command, net of idle
 	violations, errors                  int
 	firstErr                            string
 }
@@ -251,9 +255,14 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		run  func(round int)
 	}
 	steps := []step{
-		{ScFloor, func(int) { r.runFloor(ctx, e, t) }},
-		{ScUncontended, func(int) { r.runUncontended(ctx, e, t) }},
-		{ScContention, func(int) { r.runContention(ctx, e) }},
+		{ScFloor, func(int) {
+			r.runFloor(ctx, e, t)
+			if !cfg.wants(ScUncontended) {
+				r.runUncontended(ctx, e, t, true, false)
+			}
+		}},
+		{ScUncontended, func(int) { r.runUncontended(ctx, e, t, cfg.wants(ScFloor), true) }},
+		{ScContention, func(int) { r.runContention(ctx, e, t) }},
 		{ScFairness, func(round int) { r.runFairness(ctx, e, t, round) }},
 		{ScDrain, func(round int) { r.runDrain(ctx, e, t, round) }},
 		{ScFairHandoff, func(int) { r.runFairHandoff(ctx, e) }},
