@@ -30,7 +30,7 @@ func (r *Results) Markdown(w io.Writer) {
 			"round trips are commands sent per cycle, counted in the client (go-redis hook; a wrapper of the rueidis client); "+
 			"server time is Redis's own execution time per cycle (INFO commandstats usec of the command types the client sent: EVALSHA, and SET for redsync), "+
 			"over a separate 200 cycles (only on a server the runner started). "+
-			"The handoff chain floor is measured interleaved with scenario 2 (see there).\n\n", r.P.cycles, uncontendedWarmup, min(uncontendedChunk, r.P.cycles), r.P.cycles)
+			"The handoff chain floor is measured interleaved with scenario 2 (see there).\n\n", r.P.cycles, r.P.warmup, min(uncontendedChunk, r.P.cycles), r.P.cycles)
 		p("| | median | p99 | allocs/cycle | round trips/cycle | server time/cycle |\n|---|---|---|---|---|---|\n")
 		for _, name := range []string{Floor1, Floor2, FloorPub, FloorChain} {
 			if fr, ok := r.Floor[name]; ok {
@@ -51,12 +51,21 @@ func (r *Results) Markdown(w io.Writer) {
 			r.P.duration/time.Duration(r.P.contChunks), r.P.chainChunk)
 		p("The holder only bumps a counter. Handoff latency: from just before the holder calls Unlock to just after " +
 			"the next holder's Lock returns (one in-process monotonic clock). Self: share of grants to the goroutine that released last " +
-			"(it calls Lock again at once; a lock without a queue often lets it barge ahead of the waiters).\n\n")
-		p("| library | wake-up | grants/s | self %% | handoff median, any next holder | handoff median, to another goroutine | handoff p99, to another goroutine | exclusion violations | errors |\n|---|---|---|---|---|---|---|---|---|\n")
+			"(it calls Lock again at once; a lock without a queue often lets it barge ahead of the waiters). " +
+			"The ratio to the chain floor is the ratio of the two medians over rounds.\n\n")
+		chain := math.NaN()
+		if fc, ok := r.Floor[FloorChain]; ok {
+			chain = fc.med.Median()
+		}
+		p("| library | wake-up | grants/s | self %% | handoff median, any next holder | handoff median, to another goroutine | to another goroutine / chain floor | handoff p99, to another goroutine | exclusion violations | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, l := range r.libs {
 			if cr, ok := r.Contention[l.Name]; ok {
-				p("| %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", l.Name, l.Wakeup, cr.rate.cell(fmtInt), cr.selfPct.cell(fmtInt), cr.med.cell(fmtUs),
-					cr.medOther.cell(fmtUs), cr.p99Other.cell(fmtUs), cr.violations, errCell(cr.errors, cr.firstErr))
+				ratio := "n/a"
+				if q := cr.medOther.Median() / chain; !math.IsNaN(q) {
+					ratio = fmt2(q)
+				}
+				p("| %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", l.Name, l.Wakeup, cr.rate.cell(fmtInt), cr.selfPct.cell(fmtInt), cr.med.cell(fmtUs),
+					cr.medOther.cell(fmtUs), ratio, cr.p99Other.cell(fmtUs), cr.violations, errCell(cr.errors, cr.firstErr))
 			}
 		}
 		p("\n")

@@ -52,6 +52,7 @@ type Config struct {
 // params are the sizes a run uses.
 type params struct {
 	cycles       int           // uncontended cycles per round
+	warmup       int           // uncontended warm-up cycles per library per round (connections, script cache, pools)
 	floorN       int           // floor samples per round
 	duration     time.Duration // contention and cpu run length
 	fairN        int           // fairness contenders
@@ -69,11 +70,11 @@ type params struct {
 
 func (c Config) params() params {
 	if c.Quick {
-		return params{cycles: 30, floorN: 30, duration: 150 * time.Millisecond, fairN: 6, arrivalGap: 5 * time.Millisecond,
+		return params{cycles: 30, warmup: 20, floorN: 30, duration: 150 * time.Millisecond, fairN: 6, arrivalGap: 5 * time.Millisecond,
 			handoffK: []int{1, 3}, handoffN: 20, cpuWaiters: 8, cpuHold: time.Millisecond,
 			contClients: 2, contPerCl: 2, contChunks: 2, chainChunk: 10, drainTimeout: 60 * time.Second}
 	}
-	return params{cycles: 2000, floorN: 2000, duration: 3 * time.Second, fairN: 32, arrivalGap: 5 * time.Millisecond,
+	return params{cycles: 2000, warmup: 100, floorN: 2000, duration: 3 * time.Second, fairN: 32, arrivalGap: 5 * time.Millisecond,
 		handoffK: []int{1, 10, 100}, handoffN: 500, cpuWaiters: 100, cpuHold: time.Millisecond,
 		contClients: 4, contPerCl: 8, contChunks: 6, chainChunk: 50, drainTimeout: 20 * time.Minute}
 }

@@ -14,10 +14,6 @@ import (
 // library alike.
 const uncontendedChunk = 50
 
-// uncontendedWarmup is how many cycles each participant runs, unmeasured,
-// at the start of each round (connections, script cache, pools).
-const uncontendedWarmup = 100
-
 // cycler is one participant of the uncontended rotation: a library's
 // Lock+Unlock, or a floor (k EVALSHA of `return 1`).
 type cycler struct {
@@ -70,7 +66,7 @@ func libCycler(e *env, lib Lib) (*cycler, error) {
 
 // runUncontended is scenario 1 (and the floor's EVALSHA rows): one
 // goroutine, Lock+Unlock on one key per library. Within a round every
-// participant first runs uncontendedWarmup cycles (not measured); then the
+// participant first runs P.warmup cycles (not measured); then the
 // participants take turns, uncontendedChunk cycles each, round-robin (the
 // first of each pass rotating), until each has run P.cycles. A round's
 // figure is the p50 of all its cycles; the report gives the median of the
@@ -118,7 +114,7 @@ func (r *Results) runUncontended(ctx context.Context, e *env, t *target, withFlo
 		r.fail(sc, c.name, err)
 	}
 	for _, c := range cs {
-		for range uncontendedWarmup {
+		for range r.P.warmup {
 			if err := c.cycle(ctx); err != nil {
 				fail(c, fmt.Errorf("warm-up: %w", err))
 				break
