@@ -47,25 +47,27 @@ func (r *Results) Markdown(w io.Writer) {
 	if len(r.Contention) > 0 {
 		p("### Scenario 2: contention, %d clients × %d goroutines on one lock\n\n", r.P.contClients, r.P.contPerCl)
 		p("%v per library per round, in %d turns of %v: each pass gives every library (the first rotating) one turn, with fresh clients, and "+
-			"before each turn (and once at the end) the handoff chain floor takes %d samples, so that the floor row above is measured interleaved with these handoffs. ", r.P.duration, r.P.contChunks,
-			r.P.duration/time.Duration(r.P.contChunks), r.P.chainChunk)
+			"before each turn (and once at the end) the handoff chain floor takes %d samples, so that the floor row above is measured interleaved with these handoffs. "+
+			"The first %d grants of each turn (one per goroutine: the start-up burst) are a warm-up, left out of every figure. ", r.P.duration, r.P.contChunks,
+			r.P.duration/time.Duration(r.P.contChunks), r.P.chainChunk, r.P.contClients*r.P.contPerCl)
 		p("The holder only bumps a counter. Handoff latency: from just before the holder calls Unlock to just after " +
 			"the next holder's Lock returns (one in-process monotonic clock). Self: share of grants to the goroutine that released last " +
 			"(it calls Lock again at once; a lock without a queue often lets it barge ahead of the waiters). " +
-			"The ratio to the chain floor is the ratio of the two medians over rounds.\n\n")
+			"Handoffs to another goroutine: how many there were per round; for a polling lock they are the few polls that landed while the lock was free, " +
+			"a selected sample. The ratio to the chain floor is the ratio of the two medians over rounds.\n\n")
 		chain := math.NaN()
 		if fc, ok := r.Floor[FloorChain]; ok {
 			chain = fc.med.Median()
 		}
-		p("| library | wake-up | grants/s | self %% | handoff median, any next holder | handoff median, to another goroutine | to another goroutine / chain floor | handoff p99, to another goroutine | exclusion violations | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		p("| library | wake-up | grants/s | self %% | handoff median, any next holder | handoffs to another goroutine | handoff median, to another goroutine | to another goroutine / chain floor | handoff p99, to another goroutine | exclusion violations | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, l := range r.libs {
 			if cr, ok := r.Contention[l.Name]; ok {
 				ratio := "n/a"
 				if q := cr.medOther.Median() / chain; !math.IsNaN(q) {
 					ratio = fmt2(q)
 				}
-				p("| %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", l.Name, l.Wakeup, cr.rate.cell(fmtInt), cr.selfPct.cell(fmtInt), cr.med.cell(fmtUs),
-					cr.medOther.cell(fmtUs), ratio, cr.p99Other.cell(fmtUs), cr.violations, errCell(cr.errors, cr.firstErr))
+				p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", l.Name, l.Wakeup, cr.rate.cell(fmtInt), cr.selfPct.cell(fmtInt), cr.med.cell(fmtUs),
+					cr.nOther.cell(fmtInt), cr.medOther.cell(fmtUs), ratio, cr.p99Other.cell(fmtUs), cr.violations, errCell(cr.errors, cr.firstErr))
 			}
 		}
 		p("\n")

@@ -103,6 +103,7 @@ type latRow struct{ med, p99, allocs, rtt, server summary }
 type contRow struct {
 	rate, med, p99, selfPct summary
 	medOther, p99Other      summary
+	nOther                  summary // handoffs to another goroutine per round
 	violations, errors      int
 	firstErr                string
 }

@@ -232,7 +232,7 @@ func (r *Results) runContention(ctx context.Context, e *env, t *target) {
 			}
 			chainChunk()
 			res, err := contend(ctx, e, lib, contendSpec{lock: "contention", goroutines: r.P.contClients * r.P.contPerCl,
-				clients: r.P.contClients, duration: r.P.duration / time.Duration(r.P.contChunks)}, nil)
+				clients: r.P.contClients, duration: r.P.duration / time.Duration(r.P.contChunks), warmGrants: r.P.contClients * r.P.contPerCl}, nil)
 			if err != nil {
 				r.fail(ScContention, lib.Name, err)
 				failed[lib.Name] = true
@@ -266,6 +266,7 @@ func (cr *contRow) add(res contendResult) {
 	cr.p99.add(durPercentile(res.handoff, 99))
 	cr.medOther.add(durPercentile(res.other, 50))
 	cr.p99Other.add(durPercentile(res.other, 99))
+	cr.nOther.add(float64(len(res.other)))
 	if res.grants > 0 {
 		cr.selfPct.add(100 * float64(res.self) / float64(res.grants))
 	}
