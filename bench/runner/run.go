@@ -1,8 +1,11 @@
 // Package runner is the benchmark runner behind cmd/lockbench: it measures
 // this project's locks side by side with redsync, bsm/redislock and
-// rueidislock, and the physical floor of a single Redis, in one process,
-// interleaving the libraries round by round so that machine drift hits all
-// alike.
+// rueidislock, and the physical floor of a single Redis, in one process.
+// Machine drift should hit every library alike: the uncontended cycles run
+// in chunks of 50 per library, round-robin within each round, after a
+// warm-up; the contention scenario runs in turns of every library, with the
+// handoff chain floor measured between the turns; the other scenarios run
+// every library once per round.
 package runner
 
 import (
