@@ -400,15 +400,58 @@ type rdlMutex struct {
 	cancel context.CancelFunc
 }
 
+// rueidisWait bounds one rueidislock wait. rueidislock (v1.0.79) gives
+// each acquire script TryNextAfter (20 ms by default) and, when it times
+// out client-side, deletes the key itself and waits for a client-side
+// caching invalidation; with NoLoopTracking (its README's setting for one
+// Redis) its own delete sends it none, and without a timeout it waits for
+// ever on a free lock. Seen on a loaded 2-core machine: the uncontended
+// scenario hung for 12 minutes in WithContext. The runner cancels such a
+// wait after rueidisWait, calls WithContext again and counts it
+// (RueidisRetries); no scenario here waits that long for a live holder.
+const rueidisWait = 2 * time.Second
+
+// rueidisRetries counts the waits cancelled after rueidisWait in this run.
+var rueidisRetries atomic.Int64
+
 // lock holds the lock as a context; unlock cancels it, which releases the
-// key before it returns.
+// key before it returns. The context has no deadline (a deadline would
+// shorten rueidislock's lease); a timer cancels it if the acquisition has
+// not returned within rueidisWait.
 func (m *rdlMutex) lock(ctx context.Context) error {
-	_, cancel, err := m.l.WithContext(ctx, m.name)
-	if err != nil {
-		return err
+	for {
+		actx, cancel := context.WithCancel(ctx)
+		var mu sync.Mutex
+		returned, stalled := false, false
+		timer := time.AfterFunc(rueidisWait, func() {
+			mu.Lock()
+			if !returned {
+				stalled = true
+				cancel()
+			}
+			mu.Unlock()
+		})
+		_, release, err := m.l.WithContext(actx, m.name)
+		mu.Lock()
+		returned = true
+		mu.Unlock()
+		timer.Stop()
+		switch {
+		case err == nil && !stalled:
+			m.cancel = func() { release(); cancel() }
+			return nil
+		case err == nil: // acquired just as the timer cancelled it: give it back
+			release()
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !stalled {
+			return err
+		}
+		rueidisRetries.Add(1)
 	}
-	m.cancel = cancel
-	return nil
 }
 
 func (m *rdlMutex) unlock(context.Context) error {

@@ -153,6 +153,10 @@ func (r *Results) Markdown(w io.Writer) {
 	for _, l := range r.libs {
 		p("- %s: %s.\n", l.Name, l.Config)
 	}
+	if r.RueidisRetries > 0 {
+		p("\nrueidislock: %d waits got no wake-up within %v and were retried by the runner (its acquire times out after 20 ms by default; "+
+			"with NoLoopTracking it then waits for an invalidation of its own delete, which never comes).\n", r.RueidisRetries, rueidisWait)
+	}
 	if len(r.Errors) > 0 {
 		p("\n### Errors during the run\n\n")
 		for _, e := range r.Errors {

@@ -98,7 +98,10 @@ type Results struct {
 	FairHandoff map[sizeKey]*contRow
 	CPU         map[string]*cpuRow
 	Errors      []string
-	libs        []Lib
+	// RueidisRetries counts rueidislock waits cancelled and retried after
+	// rueidisWait without a wake-up (see rdlMutex.lock).
+	RueidisRetries int
+	libs           []Lib
 }
 
 type latRow struct{ med, p99, allocs, rtt, server summary }
@@ -246,6 +249,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			r.libs = append(r.libs, l)
 		}
 	}
+	rueidisRetries.Store(0)
+	defer func() { r.RueidisRetries = int(rueidisRetries.Load()) }()
 	t, err := openTarget(ctx, cfg.Redis)
 	if err != nil {
 		return nil, err
