@@ -162,8 +162,9 @@ func Libs() []Lib {
 			Config: "redislock.New(go-redis v9 client); Obtain(ctx, key, 8 s, RetryStrategy: LinearBackoff(100 ms)) as its retry example, bounded by ctx",
 			open:   openRedislock},
 		{Name: "rueidislock", Wakeup: "client-side caching invalidation",
-			Config: "rueidislock.NewLocker(KeyMajority: 1, NoLoopTracking: true) as its README for one Redis; defaults otherwise (5 s validity)",
-			open:   openRueidislock},
+			Config: "rueidislock.NewLocker(KeyMajority: 1, NoLoopTracking: true) as its README for one Redis; defaults otherwise (5 s validity); " +
+				"each Lock wrapped in the runner's 2 s wait guard (a cancellable context and a timer: about 9 of its allocations per cycle, 42 against 33 without the guard on the same machine; a note below says if it fired)",
+			open: openRueidislock},
 	}
 }
 
@@ -395,9 +396,10 @@ func (c *rdlClient) mutex(name string) (mutex, error) {
 func (c *rdlClient) close() { c.l.Close() }
 
 type rdlMutex struct {
-	l      rueidislock.Locker
-	name   string
-	cancel context.CancelFunc
+	l       rueidislock.Locker
+	name    string
+	release context.CancelFunc // rueidislock's: releases the key before it returns
+	cancel  context.CancelFunc // the runner's wait guard's context
 }
 
 // rueidisWait bounds one rueidislock wait. rueidislock (v1.0.79) gives
@@ -420,30 +422,21 @@ var rueidisRetries atomic.Int64
 // not returned within rueidisWait.
 func (m *rdlMutex) lock(ctx context.Context) error {
 	for {
-		actx, cancel := context.WithCancel(ctx)
-		var mu sync.Mutex
-		returned, stalled := false, false
-		timer := time.AfterFunc(rueidisWait, func() {
-			mu.Lock()
-			if !returned {
-				stalled = true
-				cancel()
-			}
-			mu.Unlock()
-		})
+		g := &rdlGuard{}
+		var actx context.Context
+		actx, g.cancel = context.WithCancel(ctx)
+		timer := time.AfterFunc(rueidisWait, g.fire)
 		_, release, err := m.l.WithContext(actx, m.name)
-		mu.Lock()
-		returned = true
-		mu.Unlock()
+		stalled := g.done()
 		timer.Stop()
 		switch {
 		case err == nil && !stalled:
-			m.cancel = func() { release(); cancel() }
+			m.release, m.cancel = release, g.cancel
 			return nil
 		case err == nil: // acquired just as the timer cancelled it: give it back
 			release()
 		}
-		cancel()
+		g.cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -454,11 +447,37 @@ func (m *rdlMutex) lock(ctx context.Context) error {
 	}
 }
 
+// rdlGuard cancels a rueidislock wait that has not returned in time.
+type rdlGuard struct {
+	mu       sync.Mutex
+	returned bool
+	stalled  bool
+	cancel   context.CancelFunc
+}
+
+func (g *rdlGuard) fire() {
+	g.mu.Lock()
+	if !g.returned {
+		g.stalled = true
+		g.cancel()
+	}
+	g.mu.Unlock()
+}
+
+// done marks the wait returned and reports whether the guard fired first.
+func (g *rdlGuard) done() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.returned = true
+	return g.stalled
+}
+
 func (m *rdlMutex) unlock(context.Context) error {
-	if m.cancel == nil {
+	if m.release == nil {
 		return errors.New("rueidislock: not held")
 	}
+	m.release()
 	m.cancel()
-	m.cancel = nil
+	m.release, m.cancel = nil, nil
 	return nil
 }
