@@ -43,16 +43,16 @@ func TestQuickRun(t *testing.T) {
 		t.Fatalf("errors during the run: %v\n%s", res.Errors, md)
 	}
 	for _, want := range []string{
-		runner.Floor1, runner.Floor2, runner.FloorPub,
+		runner.Floor1, runner.Floor2, runner.FloorPub, runner.FloorChain,
 		"Scenario 1", "Scenario 2", "Scenario 3", "Scenario 4: fair-queue drain", "Scenario 4: fair-lock handoff", "Scenario 5",
-		"Targets, judged on this run",
+		"Redis commands per handoff by command", "Targets, judged on this run", "Issue 14's targets, judged on this run",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
 	for _, l := range runner.Libs() {
-		want := 4 // scenarios 1, 2, 3, 5
+		want := 5 // scenarios 1, 2, 3, 5 and 5's commands by command
 		if l.Fair {
 			want += 2 + 2 // the drains of 5 and 20 waiters, the handoffs with 1 and 3 waiters
 		}

@@ -18,6 +18,10 @@ type contendSpec struct {
 	duration   time.Duration // stop after this long ...
 	grants     int           // ... or after this many grants (0: no bound)
 	limit      time.Duration // hard cap when grants is set
+	// warmGrants grants at the start are not measured (no handoff
+	// samples, not in grants, self or the rate's time): the start-up
+	// burst of goroutines all calling Lock at once.
+	warmGrants int
 }
 
 // contendResult is what one contention run measured.
@@ -84,7 +88,9 @@ func contend(ctx context.Context, e *env, lib Lib, spec contendSpec, before func
 		mu         sync.Mutex
 		wg         sync.WaitGroup
 		bump       int
+		measured   = int64(-1) // now() at the last warm-up grant; under mu
 	)
+	warm := int64(spec.warmGrants)
 	lastHolder.Store(-1)
 	fail := func(err error) {
 		mu.Lock()
@@ -98,6 +104,9 @@ func contend(ctx context.Context, e *env, lib Lib, spec contendSpec, before func
 		before()
 	}
 	start := time.Now()
+	if warm == 0 {
+		measured = int64(start.Sub(base))
+	}
 	for g := range mus {
 		wg.Add(1)
 		go func(g int, m mutex) {
@@ -120,14 +129,19 @@ func contend(ctx context.Context, e *env, lib Lib, spec contendSpec, before func
 					mu.Lock()
 					rel := lastRel.Load()
 					self := lastHolder.Swap(int64(g)) == int64(g)
-					if rel != 0 {
-						res.handoff = append(res.handoff, time.Duration(t-rel))
-						if !self {
-							res.other = append(res.other, time.Duration(t-rel))
+					switch {
+					case n > warm:
+						if rel != 0 {
+							res.handoff = append(res.handoff, time.Duration(t-rel))
+							if !self {
+								res.other = append(res.other, time.Duration(t-rel))
+							}
 						}
-					}
-					if self {
-						res.self++
+						if self {
+							res.self++
+						}
+					case n == warm:
+						measured = t
 					}
 					mu.Unlock()
 					if spec.grants > 0 && n >= int64(spec.grants) {
@@ -172,10 +186,29 @@ wait:
 	}
 	tick.Stop()
 	stop.Store(true)
-	res.elapsed = time.Since(start)
-	res.grants = int(grants.Load())
+	end := now()
 	cancel()
 	wg.Wait()
+	res.grants = int(max(grants.Load()-warm, 0))
+	if measured >= 0 {
+		res.elapsed = time.Duration(end - measured)
+	} else { // the warm-up never ended
+		res.elapsed = time.Duration(end - int64(start.Sub(base)))
+	}
 	_ = bump
 	return res, ctx.Err()
+}
+
+// merge adds another run's figures to res.
+func (res *contendResult) merge(o contendResult) {
+	res.grants += o.grants
+	res.elapsed += o.elapsed
+	res.handoff = append(res.handoff, o.handoff...)
+	res.other = append(res.other, o.other...)
+	res.self += o.self
+	res.violations += o.violations
+	res.errors += o.errors
+	if res.firstErr == nil {
+		res.firstErr = o.firstErr
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Markdown writes every table of the run, and the targets of issues 2, 3
@@ -21,10 +22,15 @@ func (r *Results) Markdown(w io.Writer) {
 
 	if len(r.Floor)+len(r.Uncontended) > 0 {
 		p("### Floor and scenario 1: uncontended Lock+Unlock, one goroutine, one key\n\n")
-		p("%d cycles per round. Latency is per cycle (Lock+Unlock); allocs are process-wide runtime.MemStats.Mallocs per cycle; "+
+		p("%d cycles per library per round. Within a round each library (and each EVALSHA floor) first runs %d cycles unmeasured (warm-up), "+
+			"then they take turns, %d cycles each, round-robin (the first of each pass rotating) until each has run its %d: a slow spell of the "+
+			"machine hits every library alike. Median and p99 are per round over all of that round's cycles (Lock+Unlock), then the median over rounds. "+
+			"Allocs are runtime.MemStats.Mallocs deltas read around each chunk (process-wide, so they include what the library's background goroutines allocate meanwhile), "+
+			"summed and divided by the cycles; "+
 			"round trips are commands sent per cycle, counted in the client (go-redis hook; a wrapper of the rueidis client); "+
 			"server time is Redis's own execution time per cycle (INFO commandstats usec of the command types the client sent: EVALSHA, and SET for redsync), "+
-			"over a separate 200 cycles (only on a server the runner started).\n\n", r.P.cycles)
+			"over a separate 200 cycles (only on a server the runner started). "+
+			"The handoff chain floor is measured interleaved with scenario 2 (see there).\n\n", r.P.cycles, r.P.warmup, min(uncontendedChunk, r.P.cycles), r.P.cycles)
 		p("| | median | p99 | allocs/cycle | round trips/cycle | server time/cycle |\n|---|---|---|---|---|---|\n")
 		for _, name := range []string{Floor1, Floor2, FloorPub, FloorChain} {
 			if fr, ok := r.Floor[name]; ok {
@@ -40,14 +46,28 @@ func (r *Results) Markdown(w io.Writer) {
 	}
 	if len(r.Contention) > 0 {
 		p("### Scenario 2: contention, %d clients × %d goroutines on one lock\n\n", r.P.contClients, r.P.contPerCl)
-		p("%v per round; the holder only bumps a counter. Handoff latency: from just before the holder calls Unlock to just after "+
-			"the next holder's Lock returns (one in-process monotonic clock). Self: share of grants to the goroutine that released last "+
-			"(it calls Lock again at once; a lock without a queue often lets it barge ahead of the waiters).\n\n", r.P.duration)
-		p("| library | wake-up | grants/s | self %% | handoff median, any next holder | handoff median, to another goroutine | handoff p99, to another goroutine | exclusion violations | errors |\n|---|---|---|---|---|---|---|---|---|\n")
+		p("%v per library per round, in %d turns of %v: each pass gives every library (the first rotating) one turn, with fresh clients, and "+
+			"before each turn (and once at the end) the handoff chain floor takes %d samples, so that the floor row above is measured interleaved with these handoffs. "+
+			"The first %d grants of each turn (one per goroutine: the start-up burst) are a warm-up, left out of every figure. ", r.P.duration, r.P.contChunks,
+			r.P.duration/time.Duration(r.P.contChunks), r.P.chainChunk, r.P.contClients*r.P.contPerCl)
+		p("The holder only bumps a counter. Handoff latency: from just before the holder calls Unlock to just after " +
+			"the next holder's Lock returns (one in-process monotonic clock). Self: share of grants to the goroutine that released last " +
+			"(it calls Lock again at once; a lock without a queue often lets it barge ahead of the waiters). " +
+			"Handoffs to another goroutine: how many there were per round; for a polling lock they are the few polls that landed while the lock was free, " +
+			"a selected sample. The ratio to the chain floor is the ratio of the two medians over rounds.\n\n")
+		chain := math.NaN()
+		if fc, ok := r.Floor[FloorChain]; ok {
+			chain = fc.med.Median()
+		}
+		p("| library | wake-up | grants/s | self %% | handoff median, any next holder | handoffs to another goroutine | handoff median, to another goroutine | to another goroutine / chain floor | handoff p99, to another goroutine | exclusion violations | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, l := range r.libs {
 			if cr, ok := r.Contention[l.Name]; ok {
-				p("| %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", l.Name, l.Wakeup, cr.rate.cell(fmtInt), cr.selfPct.cell(fmtInt), cr.med.cell(fmtUs),
-					cr.medOther.cell(fmtUs), cr.p99Other.cell(fmtUs), cr.violations, errCell(cr.errors, cr.firstErr))
+				ratio := "n/a"
+				if q := cr.medOther.Median() / chain; !math.IsNaN(q) {
+					ratio = fmt2(q)
+				}
+				p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", l.Name, l.Wakeup, cr.rate.cell(fmtInt), cr.selfPct.cell(fmtInt), cr.med.cell(fmtUs),
+					cr.nOther.cell(fmtInt), cr.medOther.cell(fmtUs), ratio, cr.p99Other.cell(fmtUs), cr.violations, errCell(cr.errors, cr.firstErr))
 			}
 		}
 		p("\n")
@@ -106,19 +126,36 @@ func (r *Results) Markdown(w io.Writer) {
 			"takes the lock once, holds it %v and leaves. Redis server CPU (INFO cpu, used_cpu_user + used_cpu_sys) and the commands the clients "+
 			"sent are counted from the holder's release to the last release, and divided by the %d handoffs. Time per handoff is the drain "+
 			"time per waiter less the hold. Net of idle: less the server's idle CPU rate (measured for 500 ms just before, clients connected, "+
-			"no lock activity) times the drain's duration, since a slow drain is otherwise charged for the server's idle housekeeping.\n\n", r.P.cpuHold, r.P.cpuWaiters)
-		p("| library | wake-up | Redis CPU per handoff | net of idle | commands per handoff | time per handoff | exclusion violations | errors |\n|---|---|---|---|---|---|---|---|\n")
+			"no lock activity) times the drain's duration, since a slow drain is otherwise charged for the server's idle housekeeping. "+
+			"Round trips per handoff are counted in the clients. Redis commands per handoff are INFO commandstats calls over the same window, "+
+			"net of the idle rate, the runner's own INFO left out; they include the commands run inside scripts (so one EVALSHA of a script "+
+			"that calls HSET and PUBLISH counts 3). Command time per handoff is the commandstats usec of the command types the clients sent "+
+			"(a script's inner calls are inside its own time), net of idle.\n\n", r.P.cpuHold, r.P.cpuWaiters)
+		p("| library | wake-up | Redis CPU per handoff | net of idle | Redis command time per handoff | round trips per handoff | Redis commands per handoff | time per handoff | exclusion violations | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, l := range r.libs {
 			if cr, ok := r.CPU[l.Name]; ok {
-				p("| %s | %s | %s | %s | %s | %s | %d | %s |\n", l.Name, l.Wakeup, cr.cpuPer.cell(fmtUs), cr.cpuNet.cell(fmtUs), cr.cmdsPer.cell(fmt1), cr.perHandoff.cell(fmtUs), cr.violations, errCell(cr.errors, cr.firstErr))
+				p("| %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", l.Name, l.Wakeup, cr.cpuPer.cell(fmtUs), cr.cpuNet.cell(fmtUs), cr.cmdUsec.cell(fmtUs), cr.cmdsPer.cell(fmt1),
+					cr.redisCmds.cell(fmt1), cr.perHandoff.cell(fmtUs), cr.violations, errCell(cr.errors, cr.firstErr))
+			}
+		}
+		p("\nRedis commands per handoff by command (commandstats calls, net of idle, median over rounds; commands under 0.05 per handoff left out):\n\n")
+		p("| library | commands per handoff |\n|---|---|\n")
+		for _, l := range r.libs {
+			if cr, ok := r.CPU[l.Name]; ok {
+				p("| %s | %s |\n", l.Name, cmdBreakdown(cr.perCmd))
 			}
 		}
 		p("\n")
 	}
+	r.issue14(w)
 	r.targets(w)
 	p("### Library configurations\n\n")
 	for _, l := range r.libs {
 		p("- %s: %s.\n", l.Name, l.Config)
+	}
+	if r.RueidisRetries > 0 {
+		p("\nrueidislock: %d waits got no wake-up within %v and were retried by the runner (its acquire times out after 20 ms by default; "+
+			"with NoLoopTracking it then waits for an invalidation of its own delete, which never comes).\n", r.RueidisRetries, rueidisWait)
 	}
 	if len(r.Errors) > 0 {
 		p("\n### Errors during the run\n\n")
@@ -126,6 +163,37 @@ func (r *Results) Markdown(w io.Writer) {
 			p("- %s\n", e)
 		}
 	}
+}
+
+// cmdBreakdown lists commands by their median count, largest first.
+func cmdBreakdown(per map[string]*summary) string {
+	type kv struct {
+		name string
+		v    float64
+	}
+	var xs []kv
+	for name, s := range per {
+		if v := s.Median(); v >= 0.05 {
+			xs = append(xs, kv{name, v})
+		}
+	}
+	slices.SortFunc(xs, func(a, b kv) int {
+		if a.v != b.v {
+			if a.v > b.v {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	if len(xs) == 0 {
+		return "n/a"
+	}
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%s %.2f", strings.ToUpper(x.name), x.v)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func errCell(n int, first string) string {
@@ -150,7 +218,6 @@ func (r *Results) targets(w io.Writer) {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	var lines []string
 	add := func(format string, a ...any) { lines = append(lines, fmt.Sprintf(format, a...)) }
-	ours := []string{"fairlock/reentrant", "fairlock/fair", "fairlock/fair-scalable"}
 	isOurs := func(n string) bool { return slices.Contains(ours, n) }
 
 	if f2, ok := r.Floor[Floor2]; ok {

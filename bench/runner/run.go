@@ -1,8 +1,11 @@
 // Package runner is the benchmark runner behind cmd/lockbench: it measures
 // this project's locks side by side with redsync, bsm/redislock and
-// rueidislock, and the physical floor of a single Redis, in one process,
-// interleaving the libraries round by round so that machine drift hits all
-// alike.
+// rueidislock, and the physical floor of a single Redis, in one process.
+// Machine drift should hit every library alike: the uncontended cycles run
+// in chunks of 50 per library, round-robin within each round, after a
+// warm-up; the contention scenario runs in turns of every library, with the
+// handoff chain floor measured between the turns; the other scenarios run
+// every library once per round.
 package runner
 
 import (
@@ -52,6 +55,7 @@ type Config struct {
 // params are the sizes a run uses.
 type params struct {
 	cycles       int           // uncontended cycles per round
+	warmup       int           // uncontended warm-up cycles per library per round (connections, script cache, pools)
 	floorN       int           // floor samples per round
 	duration     time.Duration // contention and cpu run length
 	fairN        int           // fairness contenders
@@ -62,18 +66,20 @@ type params struct {
 	cpuHold      time.Duration // hold time in the cpu scenario
 	contClients  int
 	contPerCl    int
+	contChunks   int // passes of the contention scenario per round
+	chainChunk   int // chain floor samples before each library's contention turn
 	drainTimeout time.Duration
 }
 
 func (c Config) params() params {
 	if c.Quick {
-		return params{cycles: 30, floorN: 30, duration: 150 * time.Millisecond, fairN: 6, arrivalGap: 5 * time.Millisecond,
+		return params{cycles: 30, warmup: 20, floorN: 30, duration: 150 * time.Millisecond, fairN: 6, arrivalGap: 5 * time.Millisecond,
 			handoffK: []int{1, 3}, handoffN: 20, cpuWaiters: 8, cpuHold: time.Millisecond,
-			contClients: 2, contPerCl: 2, drainTimeout: 60 * time.Second}
+			contClients: 2, contPerCl: 2, contChunks: 2, chainChunk: 10, drainTimeout: 60 * time.Second}
 	}
-	return params{cycles: 2000, floorN: 2000, duration: 3 * time.Second, fairN: 32, arrivalGap: 5 * time.Millisecond,
+	return params{cycles: 2000, warmup: 100, floorN: 2000, duration: 3 * time.Second, fairN: 32, arrivalGap: 5 * time.Millisecond,
 		handoffK: []int{1, 10, 100}, handoffN: 500, cpuWaiters: 100, cpuHold: time.Millisecond,
-		contClients: 4, contPerCl: 8, drainTimeout: 20 * time.Minute}
+		contClients: 4, contPerCl: 8, contChunks: 6, chainChunk: 50, drainTimeout: 20 * time.Minute}
 }
 
 // Results holds every figure of a run, per scenario and library.
@@ -92,7 +98,10 @@ type Results struct {
 	FairHandoff map[sizeKey]*contRow
 	CPU         map[string]*cpuRow
 	Errors      []string
-	libs        []Lib
+	// RueidisRetries counts rueidislock waits cancelled and retried after
+	// rueidisWait without a wake-up (see rdlMutex.lock).
+	RueidisRetries int
+	libs           []Lib
 }
 
 type latRow struct{ med, p99, allocs, rtt, server summary }
@@ -100,6 +109,7 @@ type latRow struct{ med, p99, allocs, rtt, server summary }
 type contRow struct {
 	rate, med, p99, selfPct summary
 	medOther, p99Other      summary
+	nOther                  summary // handoffs to another goroutine per round
 	violations, errors      int
 	firstErr                string
 }
@@ -120,6 +130,8 @@ type drainRow struct {
 
 type cpuRow struct {
 	cpuPer, cpuNet, perHandoff, cmdsPer summary
+	redisCmds, cmdUsec                  summary             // commandstats calls and top-level usec per handoff, net of idle
+	perCmd                              map[string]*summary // commandstats calls per handoff, per command, net of idle
 	violations, errors                  int
 	firstErr                            string
 }
@@ -237,6 +249,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			r.libs = append(r.libs, l)
 		}
 	}
+	rueidisRetries.Store(0)
+	defer func() { r.RueidisRetries = int(rueidisRetries.Load()) }()
 	t, err := openTarget(ctx, cfg.Redis)
 	if err != nil {
 		return nil, err
@@ -251,9 +265,14 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		run  func(round int)
 	}
 	steps := []step{
-		{ScFloor, func(int) { r.runFloor(ctx, e, t) }},
-		{ScUncontended, func(int) { r.runUncontended(ctx, e, t) }},
-		{ScContention, func(int) { r.runContention(ctx, e) }},
+		{ScFloor, func(int) {
+			r.runFloor(ctx, e, t)
+			if !cfg.wants(ScUncontended) {
+				r.runUncontended(ctx, e, t, true, false)
+			}
+		}},
+		{ScUncontended, func(int) { r.runUncontended(ctx, e, t, cfg.wants(ScFloor), true) }},
+		{ScContention, func(int) { r.runContention(ctx, e, t) }},
 		{ScFairness, func(round int) { r.runFairness(ctx, e, t, round) }},
 		{ScDrain, func(round int) { r.runDrain(ctx, e, t, round) }},
 		{ScFairHandoff, func(int) { r.runFairHandoff(ctx, e) }},

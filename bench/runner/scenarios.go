@@ -21,9 +21,10 @@ const (
 	Floor2   = "floor: 2×EVALSHA in sequence"
 	FloorPub = "floor: PUBLISH→delivery"
 	// FloorChain is the least a pub/sub handoff can cost, measured as the
-	// locks' handoffs are: a script that publishes (the unlock), delivery
-	// to another goroutine, and its EVALSHA (the acquire).
-	FloorChain = "floor: handoff chain (EVALSHA+PUBLISH → delivery → EVALSHA)"
+	// locks' handoffs are: an unlock-like script that deletes the key and
+	// publishes, delivery to a subscriber on another connection, and that
+	// subscriber's EVALSHA of an acquire script (SET NX PX); see chainRig.
+	FloorChain = "floor: handoff chain (EVALSHA unlock+PUBLISH → delivery → EVALSHA acquire)"
 )
 
 func mallocs() uint64 {
@@ -41,55 +42,14 @@ func row[K comparable, V any](m map[K]*V, k K) *V {
 	return v
 }
 
-// runFloor measures one EVALSHA round trip, two in sequence, and the time
-// from issuing a PUBLISH to its delivery on a subscribed connection.
+// runFloor measures the time from issuing a PUBLISH to its delivery on a
+// subscribed connection, and the handoff chain floor when the contention
+// scenario (which measures it interleaved with the libraries) does not run.
+// The EVALSHA rows are measured in the uncontended rotation.
 func (r *Results) runFloor(ctx context.Context, e *env, t *target) {
 	n := r.P.floorN
-	rdb := e.goredis() // with the same hook as the libraries' clients
+	rdb := e.goredis()
 	defer rdb.Close()
-	s := redis.NewScript("return 1")
-	if err := s.Run(ctx, rdb, nil).Err(); err != nil {
-		r.fail(ScFloor, "evalsha", err)
-		return
-	}
-	for _, k := range []int{1, 2} {
-		lat := make([]time.Duration, 0, n)
-		m0 := mallocs()
-		for range n {
-			t0 := time.Now()
-			for range k {
-				if err := s.EvalSha(ctx, rdb, nil).Err(); err != nil {
-					r.fail(ScFloor, "evalsha", err)
-					return
-				}
-			}
-			lat = append(lat, time.Since(t0))
-		}
-		allocs := float64(mallocs()-m0) / float64(n)
-		name := Floor1
-		if k == 2 {
-			name = Floor2
-		}
-		fr := row(r.Floor, name)
-		fr.med.add(durPercentile(lat, 50))
-		fr.p99.add(durPercentile(lat, 99))
-		fr.allocs.add(allocs)
-		fr.rtt.add(float64(k))
-		st, err := serverTime(ctx, t, e, min(n, 200), func() error {
-			for range k {
-				if err := s.EvalSha(ctx, rdb, nil).Err(); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			r.fail(ScFloor, "evalsha", err)
-			return
-		}
-		fr.server.add(st)
-	}
-
 	// PUBLISH -> delivery
 	sub := redis.NewClient(&redis.Options{Addr: t.addr})
 	defer sub.Close()
@@ -133,72 +93,21 @@ func (r *Results) runFloor(ctx context.Context, e *env, t *target) {
 	fr.rtt.add(math.NaN())
 	fr.server.add(math.NaN())
 	cancel()
-	if err := r.floorChain(ctx, e, t); err != nil {
+	if r.Cfg.wants(ScContention) {
+		return
+	}
+	rig, err := openChain(ctx, e, t)
+	if err != nil {
 		r.fail(ScFloor, "handoff chain", err)
+		return
 	}
-}
-
-// floorChain measures FloorChain: goroutine A runs a script that publishes;
-// goroutine B, subscribed on its own connection, receives the message and
-// runs EVALSHA; the time is from just before A's call to just after B's
-// reply, on one monotonic clock.
-func (r *Results) floorChain(ctx context.Context, e *env, t *target) error {
-	n := r.P.floorN
-	pub := e.goredis()
-	defer pub.Close()
-	acq := e.goredis()
-	defer acq.Close()
-	sub := redis.NewClient(&redis.Options{Addr: t.addr})
-	defer sub.Close()
-	ch := "lockbench:chain:" + randomPrefix()
-	release := redis.NewScript("redis.call('publish', KEYS[1], ARGV[1]) return 1")
-	acquire := redis.NewScript("return 1")
-	if err := release.Run(ctx, pub, []string{ch + ":none"}, "0").Err(); err != nil {
-		return err
+	defer rig.close()
+	lat, err = rig.measure(ctx, n)
+	if err != nil {
+		r.fail(ScFloor, "handoff chain", err)
+		return
 	}
-	if err := acquire.Run(ctx, acq, nil).Err(); err != nil {
-		return err
-	}
-	ps := sub.Subscribe(ctx, ch)
-	defer ps.Close()
-	if _, err := ps.Receive(ctx); err != nil {
-		return err
-	}
-	got := make(chan time.Time, 1)
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		for {
-			if _, err := ps.ReceiveMessage(rctx); err != nil {
-				return
-			}
-			if err := acquire.EvalSha(rctx, acq, nil).Err(); err != nil {
-				return
-			}
-			got <- time.Now()
-		}
-	}()
-	keys := []string{ch}
-	lat := make([]time.Duration, 0, n)
-	for range n {
-		t0 := time.Now()
-		if err := release.EvalSha(ctx, pub, keys, "0").Err(); err != nil {
-			return err
-		}
-		select {
-		case t1 := <-got:
-			lat = append(lat, t1.Sub(t0))
-		case <-time.After(5 * time.Second):
-			return fmt.Errorf("no handoff: %w", errTimeout)
-		}
-	}
-	fr := row(r.Floor, FloorChain)
-	fr.med.add(durPercentile(lat, 50))
-	fr.p99.add(durPercentile(lat, 99))
-	fr.allocs.add(math.NaN())
-	fr.rtt.add(2)
-	fr.server.add(math.NaN())
-	return nil
+	r.addChain(lat)
 }
 
 // serverTime runs cycle k times and returns the server's execution time per
@@ -230,111 +139,123 @@ func serverTime(ctx context.Context, t *target, e *env, k int, cycle func() erro
 	}
 	var total float64
 	for name := range e.cmds.stopNames() {
-		total += after[name] - before[name]
+		total += after[name].usec - before[name].usec
 	}
 	return total / float64(k), nil
 }
 
-// commandStats is INFO commandstats: usec per command name (lower case).
-func commandStats(ctx context.Context, rdb *redis.Client) (map[string]float64, error) {
+// cmdStat is one line of INFO commandstats.
+type cmdStat struct{ calls, usec float64 }
+
+// commandStats is INFO commandstats per command name (lower case). Since
+// Redis 7 the commands a script calls are counted under their own names
+// too (and their time is also inside the script's).
+func commandStats(ctx context.Context, rdb *redis.Client) (map[string]cmdStat, error) {
 	s, err := rdb.Info(ctx, "commandstats").Result()
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]float64{}
+	out := map[string]cmdStat{}
 	for _, line := range strings.Split(s, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok || !strings.HasPrefix(name, "cmdstat_") {
 			continue
 		}
+		var st cmdStat
 		for _, kv := range strings.Split(rest, ",") {
-			if k, v, ok := strings.Cut(kv, "="); ok && k == "usec" {
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					return nil, err
-				}
-				out[strings.ToLower(strings.TrimPrefix(name, "cmdstat_"))] = f
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || (k != "usec" && k != "calls") {
+				continue
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return nil, err
+			}
+			if k == "usec" {
+				st.usec = f
+			} else {
+				st.calls = f
 			}
 		}
+		out[strings.ToLower(strings.TrimPrefix(name, "cmdstat_"))] = st
 	}
 	return out, nil
 }
 
-// runUncontended is scenario 1: one goroutine, Lock+Unlock on one key.
-func (r *Results) runUncontended(ctx context.Context, e *env, t *target) {
-	for _, lib := range r.libs {
-		if err := r.uncontendedOne(ctx, e, t, lib); err != nil {
-			r.fail(ScUncontended, lib.Name, err)
-		}
-	}
-}
-
-func (r *Results) uncontendedOne(ctx context.Context, e *env, t *target, lib Lib) error {
-	c, err := lib.open(e)
-	if err != nil {
-		return err
-	}
-	defer c.close()
-	m, err := c.mutex("uncontended")
-	if err != nil {
-		return err
-	}
-	for range 20 { // warm up: connections, script cache
-		if err := m.lock(ctx); err != nil {
-			return err
-		}
-		if err := m.unlock(ctx); err != nil {
-			return err
-		}
-	}
-	n := r.P.cycles
-	lat := make([]time.Duration, 0, n)
-	runtime.GC()
-	c0 := e.cmds.n.Load()
-	m0 := mallocs()
-	for range n {
-		t0 := time.Now()
-		if err := m.lock(ctx); err != nil {
-			return err
-		}
-		if err := m.unlock(ctx); err != nil {
-			return err
-		}
-		lat = append(lat, time.Since(t0))
-	}
-	allocs := float64(mallocs()-m0) / float64(n)
-	cmds := float64(e.cmds.n.Load()-c0) / float64(n)
-	ur := row(r.Uncontended, lib.Name)
-	ur.med.add(durPercentile(lat, 50))
-	ur.p99.add(durPercentile(lat, 99))
-	ur.allocs.add(allocs)
-	ur.rtt.add(cmds)
-	st, err := serverTime(ctx, t, e, min(n, 200), func() error {
-		if err := m.lock(ctx); err != nil {
-			return err
-		}
-		return m.unlock(ctx)
-	})
-	if err != nil {
-		return err
-	}
-	ur.server.add(st)
-	return nil
-}
-
-// runContention is scenario 2: 4 clients x 8 goroutines on one lock.
-func (r *Results) runContention(ctx context.Context, e *env) {
-	for _, lib := range r.libs {
-		cr := row(r.Contention, lib.Name)
-		res, err := contend(ctx, e, lib, contendSpec{lock: "contention", goroutines: r.P.contClients * r.P.contPerCl,
-			clients: r.P.contClients, duration: r.P.duration}, nil)
-		if err != nil {
-			r.fail(ScContention, lib.Name, err)
+// statsDelta is after - before, per command, leaving out the runner's own
+// INFO calls.
+func statsDelta(before, after map[string]cmdStat) map[string]cmdStat {
+	d := map[string]cmdStat{}
+	for name, a := range after {
+		if name == "info" {
 			continue
 		}
-		cr.add(res)
-		if res.firstErr != nil {
-			r.fail(ScContention, lib.Name, res.firstErr)
+		b := before[name]
+		if a.calls != b.calls || a.usec != b.usec {
+			d[name] = cmdStat{a.calls - b.calls, a.usec - b.usec}
+		}
+	}
+	return d
+}
+
+// runContention is scenario 2: 4 clients x 8 goroutines on one lock. A
+// round is P.contChunks passes; in each pass every library (the first
+// rotating) runs P.duration/P.contChunks, and before each library's turn
+// (and once at the end) the handoff chain floor takes P.chainChunk samples,
+// so that the floor is measured interleaved with the handoffs it is
+// compared with.
+func (r *Results) runContention(ctx context.Context, e *env, t *target) {
+	rig, err := openChain(ctx, e, t)
+	if err != nil {
+		r.fail(ScContention, "handoff chain floor", err)
+	}
+	var chain []time.Duration
+	chainChunk := func() {
+		if rig == nil {
+			return
+		}
+		lat, err := rig.measure(ctx, r.P.chainChunk)
+		chain = append(chain, lat...)
+		if err != nil {
+			r.fail(ScContention, "handoff chain floor", err)
+			rig.close()
+			rig = nil
+		}
+	}
+	merged := map[string]*contendResult{}
+	failed := map[string]bool{}
+	for pass := range r.P.contChunks {
+		for i := range r.libs {
+			lib := r.libs[(i+pass)%len(r.libs)]
+			if failed[lib.Name] || ctx.Err() != nil {
+				continue
+			}
+			chainChunk()
+			res, err := contend(ctx, e, lib, contendSpec{lock: "contention", goroutines: r.P.contClients * r.P.contPerCl,
+				clients: r.P.contClients, duration: r.P.duration / time.Duration(r.P.contChunks), warmGrants: r.P.contClients * r.P.contPerCl}, nil)
+			if err != nil {
+				r.fail(ScContention, lib.Name, err)
+				failed[lib.Name] = true
+				continue
+			}
+			if res.firstErr != nil && (merged[lib.Name] == nil || merged[lib.Name].firstErr == nil) {
+				r.fail(ScContention, lib.Name, res.firstErr)
+			}
+			if m := merged[lib.Name]; m != nil {
+				m.merge(res)
+			} else {
+				merged[lib.Name] = &res
+			}
+		}
+	}
+	chainChunk()
+	if rig != nil {
+		rig.close()
+	}
+	r.addChain(chain)
+	for _, lib := range r.libs {
+		if m := merged[lib.Name]; m != nil && !failed[lib.Name] {
+			row(r.Contention, lib.Name).add(*m)
 		}
 	}
 }
@@ -345,6 +266,7 @@ func (cr *contRow) add(res contendResult) {
 	cr.p99.add(durPercentile(res.handoff, 99))
 	cr.medOther.add(durPercentile(res.other, 50))
 	cr.p99Other.add(durPercentile(res.other, 99))
+	cr.nOther.add(float64(len(res.other)))
 	if res.grants > 0 {
 		cr.selfPct.add(100 * float64(res.self) / float64(res.grants))
 	}
@@ -746,19 +668,21 @@ func (r *Results) cpuOne(ctx context.Context, e *env, t *target, lib Lib, round 
 			return err
 		}
 	}
-	// The server's idle CPU (event loop, cron, the connected clients),
-	// measured now, so it can be taken out of the drain's figure.
-	idle0, err := serverCPU(ctx, t.admin)
+	// The server's idle CPU and commands (event loop, cron, the connected
+	// clients' keep-alives), measured now, so they can be taken out of
+	// the drain's figures.
+	idle0, err := serverUsage(ctx, t.admin)
 	if err != nil {
 		return err
 	}
-	idleStart := time.Now()
 	time.Sleep(500 * time.Millisecond)
-	idle1, err := serverCPU(ctx, t.admin)
+	idle1, err := serverUsage(ctx, t.admin)
 	if err != nil {
 		return err
 	}
-	idleRate := (idle1 - idle0) / time.Since(idleStart).Seconds() // CPU seconds per second
+	idleDur := idle1.at.Sub(idle0.at).Seconds()
+	idleRate := (idle1.cpu - idle0.cpu) / idleDur // CPU seconds per second
+	idleCmds := statsDelta(idle0.cmds, idle1.cmds)
 	holder, err := clients[0].mutex(name)
 	if err != nil {
 		return err
@@ -809,34 +733,82 @@ func (r *Results) cpuOne(ctx context.Context, e *env, t *target, lib Lib, round 
 		}
 	}
 	time.Sleep(300 * time.Millisecond)
-	cpu0, err := serverCPU(ctx, t.admin)
+	u0, err := serverUsage(ctx, t.admin)
 	if err != nil {
 		return err
 	}
+	e.cmds.startNames()
 	c0 := e.cmds.n.Load()
-	cpuStart := time.Now()
 	start := int64(time.Since(base))
 	if err := holder.unlock(ctx); err != nil {
+		_ = e.cmds.stopNames()
 		return err
 	}
 	wg.Wait()
-	cpu1, err := serverCPU(ctx, t.admin)
-	cpuWindow := time.Since(cpuStart)
+	u1, err := serverUsage(ctx, t.admin)
+	sent := e.cmds.stopNames()
 	if err != nil {
 		return err
 	}
+	window := u1.at.Sub(u0.at).Seconds()
 	cmds := e.cmds.n.Load() - c0
 	close(errs)
 	if err := <-errs; err != nil {
 		return err
 	}
 	elapsed := time.Duration(lastEnd.Load() - start)
-	cr.cpuPer.add((cpu1 - cpu0) * 1e6 / float64(n))
-	cr.cpuNet.add((cpu1 - cpu0 - idleRate*cpuWindow.Seconds()) * 1e6 / float64(n))
-	cr.cmdsPer.add(float64(cmds) / float64(n))
+	fn := float64(n)
+	cr.cpuPer.add((u1.cpu - u0.cpu) * 1e6 / fn)
+	cr.cpuNet.add((u1.cpu - u0.cpu - idleRate*window) * 1e6 / fn)
+	cr.cmdsPer.add(float64(cmds) / fn)
+	// Redis commands per handoff, net of idle, from commandstats calls:
+	// every command the server ran, those inside scripts included.
+	var calls, usec float64
+	per := map[string]float64{}
+	for name, d := range statsDelta(u0.cmds, u1.cmds) {
+		c := d.calls - idleCmds[name].calls/idleDur*window
+		per[name] = c / fn
+		calls += c
+		if sent[name] { // top-level commands only: a script's inner calls are inside its time
+			usec += d.usec - idleCmds[name].usec/idleDur*window
+		}
+	}
+	if cr.perCmd == nil {
+		cr.perCmd = map[string]*summary{}
+	}
+	for name := range per {
+		if _, ok := cr.perCmd[name]; !ok { // 0 in the earlier rounds
+			cr.perCmd[name] = &summary{vals: make([]float64, len(cr.redisCmds.vals))}
+		}
+	}
+	for name, s := range cr.perCmd {
+		s.add(per[name]) // 0 when this round did not run it
+	}
+	cr.redisCmds.add(calls / fn)
+	cr.cmdUsec.add(usec / fn)
 	cr.perHandoff.add(float64(elapsed)/float64(n)/float64(time.Microsecond) - float64(r.P.cpuHold)/float64(time.Microsecond))
 	cr.violations += int(viol.Load())
 	return nil
+}
+
+// usage is the server's CPU (INFO cpu) and commandstats at one moment.
+type usage struct {
+	at   time.Time
+	cpu  float64
+	cmds map[string]cmdStat
+}
+
+func serverUsage(ctx context.Context, rdb *redis.Client) (usage, error) {
+	var u usage
+	var err error
+	if u.cpu, err = serverCPU(ctx, rdb); err != nil {
+		return u, err
+	}
+	if u.cmds, err = commandStats(ctx, rdb); err != nil {
+		return u, err
+	}
+	u.at = time.Now()
+	return u, nil
 }
 
 // serverCPU is used_cpu_sys + used_cpu_user from INFO cpu, in seconds.
