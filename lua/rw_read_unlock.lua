@@ -10,10 +10,10 @@
 -- ARGV[3]  publish command: "publish" or "spublish"
 -- ARGV[4]  latch lifetime in milliseconds
 --
--- Reply: nil when ARGV[2] holds no read hold; 0 when the lock is still held
--- (by the caller or others); 1 when the lock was freed and ARGV[1]
--- published. A retried call with the same latch key returns the first
--- reply (0 or 1).
+-- Reply: nil when ARGV[2] holds no read hold; 0 when it still holds read
+-- holds; 1 when it holds none any more (the lock freed, ARGV[1] published,
+-- or other holds remaining). A retried call with the same latch key returns
+-- the first reply (0 or 1).
 local latched = redis.call('get', KEYS[5])
 if latched == '0' or latched == '1' then
     return tonumber(latched)
@@ -34,8 +34,31 @@ local left = redis.call('hincrby', KEYS[1], ARGV[2], -1)
 if left == 0 then
     redis.call('hdel', KEYS[1], ARGV[2])
 end
-redis.call('del', KEYS[3] .. ':' .. (left + 1))
+local dropped = KEYS[3] .. ':' .. (left + 1)
+if left > 0 then
+    -- Not in Redisson: the caller's remaining holds keep the lease of the
+    -- dropped (latest) hold when it is longer, since a Go handle's holds
+    -- are valid until its latest acquisition's lease (internal/core).
+    local t = redis.call('pttl', dropped)
+    local next = KEYS[3] .. ':' .. left
+    if t > 0 and t > redis.call('pttl', next) then
+        redis.call('set', next, 1, 'px', t)
+    end
+end
+redis.call('del', dropped)
+-- Not in Redisson, whose reply is 0 whenever other holds remain: 0 only
+-- when the caller still holds read holds, 1 when it holds none any more.
+local mine = 1
+if left > 0 then
+    mine = 0
+end
 if redis.call('hlen', KEYS[1]) > 1 then
+    if mode == 'write' then
+        -- Not in Redisson (which sets the TTL to the longest read hold's,
+        -- cutting the writer's lease): the writer's lease is the TTL.
+        redis.call('set', KEYS[5], mine, 'px', ARGV[4])
+        return mine
+    end
     local longest = -3
     local fields = redis.call('hkeys', KEYS[1])
     for _, f in ipairs(fields) do
@@ -49,12 +72,8 @@ if redis.call('hlen', KEYS[1]) > 1 then
     end
     if longest > 0 then
         redis.call('pexpire', KEYS[1], longest)
-        redis.call('set', KEYS[5], '0', 'px', ARGV[4])
-        return 0
-    end
-    if mode == 'write' then
-        redis.call('set', KEYS[5], '0', 'px', ARGV[4])
-        return 0
+        redis.call('set', KEYS[5], mine, 'px', ARGV[4])
+        return mine
     end
 end
 redis.call('del', KEYS[1])

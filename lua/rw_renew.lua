@@ -6,10 +6,12 @@
 -- then, per pair: a count c and c owner ids (reader "<uuid>:<tid>" or
 -- writer "<uuid>:<tid>:write"; this client sends c = 1)
 --
--- For each owner that holds the lock: every timeout key of its read holds
--- gets the lease, and the lock's TTL becomes the larger of its TTL and the
--- lease (Redisson sets it to the lease, which could cut short another
--- owner's longer explicit lease). Reply: per pair, 1 when one of its owners
+-- For each owner that holds the lock: every timeout key of its read holds,
+-- and the lock, get the larger of their TTL and the lease (Redisson sets
+-- both to the lease, which could cut short a longer explicit lease of a
+-- re-entry, or of another owner); a hold's key that expired while the lock
+-- lived is written again (Redisson leaves it out, so a later read unlock,
+-- which sets the lock's TTL from the keys, would cut the renewed lease). Reply: per pair, 1 when one of its owners
 -- holds the lock (renewed), 0 when none does, -1 when the key holds another
 -- type.
 local lease = tonumber(ARGV[1])
@@ -30,7 +32,9 @@ for i = 1, #KEYS, 2 do
             alive = true
             if string.sub(owner, -6) ~= ':write' then
                 for k = tonumber(n), 1, -1 do
-                    redis.call('pexpire', prefix .. ':' .. owner .. ':rwlock_timeout:' .. k, lease)
+                    local key = prefix .. ':' .. owner .. ':rwlock_timeout:' .. k
+                    local t = redis.call('pttl', key)
+                    redis.call('set', key, 1, 'px', math.max(t, lease))
                 end
             end
         end
