@@ -61,6 +61,14 @@ func TestReadersShare(t *testing.T) {
 		require.NoError(t, err)
 		assert.False(t, ok, "a writer got in with two readers")
 		require.NoError(t, r1.ReadLock().Unlock(ctx))
+		// r1's hold is over although the lock stays read-locked by r2.
+		select {
+		case <-r1.ReadLock().Done():
+		default:
+			t.Fatal("the first reader's hold did not end with its last unlock (another reader still holds the lock)")
+		}
+		assert.True(t, r1.ReadLock().ValidUntil().IsZero(), "ValidUntil after the last unlock")
+		assert.NoError(t, r1.ReadLock().Err())
 		ok, err = w.WriteLock().TryLock(ctx)
 		require.NoError(t, err)
 		assert.False(t, ok, "a writer got in with a reader left")

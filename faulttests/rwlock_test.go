@@ -1,0 +1,168 @@
+package faulttests
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/rwlock"
+)
+
+// The read-write lock under faults: several clients, each with goroutines
+// that take read and write holds (Lock, LockWithLease, TryLock,
+// TryLockFor, re-entry, an explicit lease left to run out, a rare
+// ForceUnlock) on one read-write lock, while faults fire one after another:
+// stalls longer than go-redis's read timeout (and than the lease), latency,
+// connection resets, the server stopped (SIGSTOP), pub/sub connections
+// killed. CheckRW then requires that no writer's believed-valid window
+// overlapped another owner's, read or write; the run must also show
+// readers sharing and writers holding, or the check proves nothing.
+//
+//	FAULT_SEED       replay a run
+//	FAULT_RW_BROKEN  run with a broken script (see rwBroken) to see the check fail
+
+// rwBroken are deliberately broken scripts the test can run with.
+var rwBroken = map[string]struct{ file, old, new string }{
+	// a writer takes a read-locked lock
+	"writer-beside-readers": {lua.FileRWWriteAcquire, "if mode == false then", "if mode == false or mode == 'read' then"},
+	// Redisson's read unlock reply: 0 (still held) while other owners
+	// hold, so a reader whose last hold is gone believes it still holds
+	"redisson-read-reply": {lua.FileRWReadUnlock, "local mine = 1\n", "local mine = 0\n"},
+}
+
+// rwHandles makes a read-write handle of c on lock id: its two halves as
+// Handles of kind RWLock.
+func rwHandles(t *testing.T, c *Client, id string) (r, w *Handle) {
+	e := c.env
+	name := e.LockName(id)
+	rw, err := rwlock.New(c.C, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = &Handle{Client: c, Lock: name, Kind: RWLock, L: rw.ReadLock()}
+	w = &Handle{Client: c, Lock: name, Kind: RWLock, L: rw.WriteLock()}
+	c.hmu.Lock()
+	c.handles = append(c.handles, r, w)
+	c.hmu.Unlock()
+	e.H.Update(func() { e.H.Locks[name] = RWLock })
+	e.mu.Lock()
+	e.owners[r.L.Owner()], e.owners[w.L.Owner()] = r, w
+	e.mu.Unlock()
+	return r, w
+}
+
+func TestRWFaults(t *testing.T) {
+	t.Parallel()
+	seed := seedFromEnv(t)
+	const dur = 20 * time.Second
+	replay := fmt.Sprintf("FAULT_SEED=%d go test ./faulttests/ -run TestRWFaults -v", seed)
+	t.Logf("seed %d; replay: %s", seed, replay)
+	e := NewSingle(t)
+	var scripts *lua.Scripts
+	if name := os.Getenv("FAULT_RW_BROKEN"); name != "" {
+		v, ok := rwBroken[name]
+		if !ok {
+			t.Fatalf("FAULT_RW_BROKEN=%q: no such variant", name)
+		}
+		if strings.Count(lua.Source(v.file), v.old) != 1 {
+			t.Fatalf("variant %s does not apply", name)
+		}
+		scripts = lua.Edit(func(f, src string) string {
+			if f != v.file {
+				return src
+			}
+			return strings.Replace(src, v.old, v.new, 1)
+		})
+		t.Logf("running with the broken variant %s", name)
+	}
+	w := Workload{Seed: seed, Clients: 4, Workers: 2, MaxHold: 1200 * time.Millisecond, MaxCtx: 6 * time.Second}
+	r := &run{e: e, w: w, stop: make(chan struct{}), final: make(chan struct{})}
+	for i := 0; i < w.Clients; i++ {
+		c := e.NewClient()
+		if scripts != nil {
+			core.Of(c.C).Scripts = scripts
+		}
+		for k := 0; k < w.Workers; k++ {
+			rh, wh := rwHandles(t, c, "RW")
+			rng := rand.New(rand.NewPCG(seed, uint64(i*1000+k)))
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				for !r.stopped(c) {
+					h := rh
+					if rng.Float64() < 0.5 {
+						h = wh
+					}
+					r.op(h, rng)
+					// pauses, so that the readers leave the lock free at
+					// times and the writers get in
+					r.sleep(c, between(rng, 0, 1500*time.Millisecond))
+				}
+			}()
+		}
+	}
+
+	rng := rand.New(rand.NewPCG(seed, 1<<40))
+	kinds := []FaultKind{FStall, FReset, FSigStop, FPubSubKill, FLatency}
+	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+	start := time.Now()
+	for _, k := range kinds {
+		time.Sleep(between(rng, 300*time.Millisecond, 1200*time.Millisecond))
+		e.fire(k, rng, 4, e.LockName("RW"))
+	}
+	if rest := dur - time.Since(start); rest > 0 {
+		time.Sleep(rest)
+	}
+	r.Finish()
+
+	shared, writes := rwShared(e.H)
+	t.Logf("%s; %d pairs of readers shared the lock, %d write holds", Summary(e.H), shared, writes)
+	if shared == 0 || writes == 0 {
+		t.Errorf("the run proves nothing: %d reader pairs shared the lock, %d write holds", shared, writes)
+	}
+	fired := map[FaultKind]bool{}
+	for _, f := range e.H.Faults {
+		fired[f.Kind] = true
+	}
+	for _, k := range kinds {
+		if !fired[k] {
+			t.Errorf("fault %s never fired", k)
+		}
+	}
+	reportRW(t, e.H, replay)
+}
+
+// reportRW is Report with CheckRWRun.
+func reportRW(t *testing.T, h *History, replay string) {
+	t.Helper()
+	vs := CheckRWRun(h)
+	if len(vs) == 0 {
+		return
+	}
+	count := map[string]int{}
+	for _, v := range vs {
+		count[v.Check]++
+	}
+	var kinds []string
+	for k, n := range count {
+		kinds = append(kinds, fmt.Sprintf("%s: %d", k, n))
+	}
+	sort.Strings(kinds)
+	first := vs[0]
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d violations (%s)\nreplay: %s\n\nfirst violation:\n  %s\n\nhistory of %s around it:\n%s",
+		len(vs), strings.Join(kinds, ", "), replay, first, lockOr(first.Lock), h.Timeline(first.Lock, first.At-6*time.Second, first.At+2*time.Second, 50))
+	for i, v := range vs {
+		if i == 10 {
+			break
+		}
+		fmt.Fprintf(&b, "\n  %s", v)
+	}
+	t.Error(b.String())
+}
