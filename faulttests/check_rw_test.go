@@ -17,7 +17,7 @@ func TestCheckRW(t *testing.T) {
 	expect(t, CheckRW(h), "rw-exclusion", 0)
 
 	h.Windows = append(ok[:len(ok):len(ok)],
-		win("e:1:write", 4, 3*s, 5*s),  // overlaps the readers a:1 and b:1
+		win("e:1:write", 4, 3*s, 5*s),   // overlaps the readers a:1 and b:1
 		win("f:1:write", 5, 10*s, 12*s), // overlaps writer g:1
 		win("g:1:write", 6, 11*s, 13*s),
 		win("h:1", 7, 12*s+500*ms(1), 14*s), // a reader inside writer g:1
