@@ -166,3 +166,75 @@ func reportRW(t *testing.T, h *History, replay string) {
 	}
 	t.Error(b.String())
 }
+
+// checkRWScript is Script.Check with CheckRWRun.
+func checkRWScript(t *testing.T, s *Script, replay string) {
+	t.Helper()
+	s.bg.Wait()
+	for _, c := range s.e.Clients() {
+		if !c.closed.Load() {
+			c.Close()
+		}
+	}
+	time.Sleep(DoneTolerance)
+	close(s.final)
+	s.watch.Wait()
+	for _, v := range s.e.CheckLeftovers() {
+		s.e.H.Problem(v)
+	}
+	reportRW(t, s.e.H, replay)
+}
+
+// A read or write Lock whose request is held back longer than go-redis's
+// read timeout fails, and its request reaches Redis late, after the
+// application tried again and got the lock: the late copy must not add a
+// hold (the acquisition latch; the give-back through the half's own unlock
+// when a copy got in first). After its one Unlock the owner holds nothing,
+// and a writer of another client gets the lock.
+func TestRWStallDuringLock(t *testing.T) {
+	t.Parallel()
+	for _, write := range []bool{false, true} {
+		name := map[bool]string{false: "read", true: "write"}[write]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := NewSingle(t)
+			s := e.Script()
+			a, b := e.NewClient(), e.NewClient()
+			ra, wa := rwHandles(t, a, "RW")
+			_, wb := rwHandles(t, b, "RW")
+			ha := ra
+			if write {
+				ha = wa
+			}
+			warm(t, ha)
+			undo := a.Net.Stall()
+			i := e.record(FStall, a, "(until the Lock under it has returned)")
+			err := s.Lock(ha, 2*ReadTimeout)
+			t.Logf("Lock under the stall: %v", err)
+			time.Sleep(time.Second)
+			undo() // the held-back request reaches Redis now
+			e.H.EndFault(i)
+			if err == nil {
+				t.Fatalf("Lock succeeded under a stall")
+			}
+			time.Sleep(300 * time.Millisecond)
+			if err := s.Lock(ha, 5*time.Second); err != nil {
+				t.Fatalf("Lock after the stall: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			if err := s.Unlock(ha, 5*time.Second); err != nil {
+				t.Errorf("Unlock: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			if n := holdCount(t, ha); n != 0 {
+				t.Errorf("after its one successful Lock and its Unlock, the %s half still holds %d hold(s) in Redis: the failed Lock under the stall counted too", name, n)
+			}
+			if err := s.Lock(wb, 20*time.Second); err == nil {
+				_ = s.Unlock(wb, 5*time.Second)
+			} else {
+				t.Errorf("the other client's writer could not get the lock: %v", err)
+			}
+			checkRWScript(t, s, "go test ./faulttests/ -run '^TestRWStallDuringLock$' -v")
+		})
+	}
+}
