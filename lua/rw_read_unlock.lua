@@ -40,9 +40,9 @@ if left > 0 then
     -- dropped (latest) hold when it is longer, since a Go handle's holds
     -- are valid until its latest acquisition's lease (internal/core).
     local t = redis.call('pttl', dropped)
-    local next = KEYS[3] .. ':' .. left
-    if t > 0 and t > redis.call('pttl', next) then
-        redis.call('set', next, 1, 'px', t)
+    local below = KEYS[3] .. ':' .. left
+    if t > 0 and t > redis.call('pttl', below) then
+        redis.call('set', below, 1, 'px', t)
     end
 end
 redis.call('del', dropped)

@@ -23,7 +23,7 @@ var rwBrokenVariants = []brokenVariant{
 	},
 	{
 		name: "Redisson's read unlock: the latest hold's lease is dropped", machine: rwMachine, file: lua.FileRWReadUnlock,
-		old: "if t > 0 and t > redis.call('pttl', next) then", new: "if false then",
+		old: "if t > 0 and t > redis.call('pttl', below) then", new: "if false then",
 	},
 	{
 		name: "Redisson's read unlock in write mode: the writer's lease cut to its reads'", machine: rwMachine, file: lua.FileRWReadUnlock,
