@@ -332,3 +332,44 @@ func TestWireNames(t *testing.T) {
 		assert.Zero(t, n)
 	})
 }
+
+// Close ends both halves' holds (Done closed, Err matching ErrClosed) and
+// releases them in Redis; a wait ended by its ctx leaves nothing behind.
+func TestCloseAndCanceledWait(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		rdb := b.Client(t)
+		name := redistest.Prefix(t) + "rw"
+		c, err := fairlock.NewClient(b.Client(t))
+		require.NoError(t, err)
+		rw := newRW(t, c, name)
+		require.NoError(t, rw.WriteLock().Lock(ctx))
+		require.NoError(t, rw.ReadLock().Lock(ctx))
+
+		other := newRW(t, newClient(t, b.Client(t)), name)
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		err = other.WriteLock().Lock(wctx)
+		cancel()
+		require.ErrorIs(t, err, rwlock.ErrCanceled)
+		held, err := other.WriteLock().IsHeld(ctx)
+		require.NoError(t, err)
+		assert.False(t, held)
+
+		require.NoError(t, c.Close())
+		for _, l := range []*rwlock.Lock{rw.ReadLock(), rw.WriteLock()} {
+			select {
+			case <-l.Done():
+			default:
+				t.Fatalf("%s: Done not closed by Close", l.Owner())
+			}
+			assert.ErrorIs(t, l.Err(), rwlock.ErrClosed)
+		}
+		n, err := rdb.Exists(ctx, name).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "Close left the lock held")
+		ok, err := other.WriteLock().TryLock(ctx)
+		require.NoError(t, err)
+		assert.True(t, ok)
+		require.NoError(t, other.WriteLock().Unlock(ctx))
+	})
+}
