@@ -30,4 +30,20 @@ func TestCheckRW(t *testing.T) {
 	expect(t, CheckRW(h), "rw-exclusion", 1)
 	h.Calls = []*Call{{Lock: "L", Op: "ForceUnlock", Acquired: true, Start: 1 * s, End: 1200 * ms(1)}}
 	expect(t, CheckRW(h), "rw-exclusion", 0)
+
+	// A reader whose Lock call began before the ForceUnlock and returned
+	// after it (a slow reply) was granted before it: excused while its
+	// window ends within its lease of the ForceUnlock; a reader whose call
+	// began after the ForceUnlock is not.
+	r := win("a:1", 0, 2*s, 3*s)
+	r.CallID = 7
+	wr := win("e:1:write", 4, 1500*ms(1), 4*s)
+	h.Windows = []*Window{wr, r}
+	h.Calls = []*Call{
+		{ID: 1, Lock: "L", Op: "ForceUnlock", Acquired: true, Start: 1 * s, End: 1200 * ms(1)},
+		{ID: 7, Lock: "L", Op: "Lock", Acquired: true, Start: 500 * ms(1), End: 2 * s},
+	}
+	expect(t, CheckRW(h), "rw-exclusion", 0)
+	h.Calls[1].Start = 1300 * ms(1)
+	expect(t, CheckRW(h), "rw-exclusion", 1)
 }

@@ -142,6 +142,13 @@ func TestRWFaults(t *testing.T) {
 func reportRW(t *testing.T, h *History, replay string) {
 	t.Helper()
 	vs := CheckRWRun(h)
+	if path := os.Getenv("FAULT_HISTORY"); path != "" {
+		if err := os.WriteFile(path, []byte(h.Timeline("", 0, Never, 0)), 0o644); err != nil {
+			t.Logf("FAULT_HISTORY: %v", err)
+		} else {
+			t.Logf("the whole history is in %s", path)
+		}
+	}
 	if len(vs) == 0 {
 		return
 	}
