@@ -69,6 +69,26 @@ func excused(old, nw *Window, oldFrom time.Duration, es []lossEvent) (bool, stri
 	return false, ""
 }
 
+// excusedEither: the overlap of a (began first) and b is excused with
+// either as the older hold, each counted from the start of the call that
+// took it: a ForceUnlock while both calls were in flight may have deleted
+// either's hold, whichever reply came back first.
+func excusedEither(calls map[int]*Call, a, b *Window, es []lossEvent) (bool, string) {
+	from := func(w *Window) time.Duration {
+		if c := calls[w.CallID]; c != nil {
+			return c.Start
+		}
+		return w.Start
+	}
+	ok, why := excused(a, b, from(a), es)
+	if !ok {
+		if ok2, _ := excused(b, a, from(b), es); ok2 {
+			return true, ""
+		}
+	}
+	return ok, why
+}
+
 // CheckExclusion: no two owners' believed-valid windows on one lock
 // overlap, except across a loss event, and then the old window ends within
 // its lease after the event.
@@ -85,12 +105,6 @@ func CheckExclusion(h *History) []Violation {
 	for lock, ws := range by {
 		sort.Slice(ws, func(i, j int) bool { return ws[i].Start < ws[j].Start })
 		es := lossEvents(h, lock)
-		from := func(w *Window) time.Duration {
-			if c := calls[w.CallID]; c != nil {
-				return c.Start
-			}
-			return w.Start
-		}
 		for i, a := range ws {
 			ae, _ := a.End()
 			for _, b := range ws[i+1:] {
@@ -108,11 +122,7 @@ func CheckExclusion(h *History) []Violation {
 				}
 				be, _ := b.End()
 				overlap := min(ae, be) - b.Start
-				ok, why := excused(a, b, from(a), es)
-				if !ok && b.Start == a.Start {
-					// began together: either may be the older hold
-					ok, _ = excused(b, a, from(b), es)
-				}
+				ok, why := excusedEither(calls, a, b, es)
 				if ok {
 					continue
 				}

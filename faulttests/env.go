@@ -377,17 +377,19 @@ func (e *Env) CheckLeftovers() []Violation {
 			if pttl == -2 { // expired between SCAN and PTTL: gone
 				continue
 			}
+			// pttl 0: in its last millisecond (a latch written just
+			// LatchTTL ago), not a key without expiry (-1)
 			var owners []string
 			switch {
 			case strings.HasPrefix(k, "fairlock_grace:"):
 				// the head grace: the head's owner id, PTTL = grace left
 				// plus a 60 s margin (lua/fair_common.lua)
-				if pttl <= 0 || pttl > HeadGrace+60*time.Second {
+				if pttl < 0 || pttl > HeadGrace+60*time.Second {
 					bad("grace key %s has TTL %v (want at most %v)", k, pttl, HeadGrace+60*time.Second)
 				}
 				continue
 			case strings.HasPrefix(k, "redisson_unlock_latch:") || strings.HasPrefix(k, "fairlock_acquire_latch:"):
-				if pttl <= 0 || pttl > LatchTTL {
+				if pttl < 0 || pttl > LatchTTL {
 					bad("latch %s has TTL %v (want at most %v)", k, pttl, LatchTTL)
 				}
 				continue
@@ -410,7 +412,7 @@ func (e *Env) CheckLeftovers() []Violation {
 					}
 				}
 			default:
-				if pttl <= 0 || pttl > maxLease() {
+				if pttl < 0 || pttl > maxLease() {
 					bad("key %s has TTL %v (a lock must expire within %v)", k, pttl, maxLease())
 				}
 				continue

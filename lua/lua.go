@@ -154,6 +154,7 @@ const (
 var Files = []string{
 	FileAcquire, FileUnlock, FileForceUnlock, FileRenew, FileAbandon, FileFencedAcquire,
 	FileFairTryLock, FileFairTryLockWait, FileFairAcquireFailed, FileFairUnlock, FileFairForceUnlock,
+	FileRWReadAcquire, FileRWReadUnlock, FileRWWriteAcquire, FileRWWriteUnlock, FileRWForceUnlock, FileRWRenew,
 }
 
 // Source returns the text of a script as it is sent to Redis: the file, with

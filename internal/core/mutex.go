@@ -39,6 +39,9 @@ type Mutex struct {
 	E     Engine
 	Keys  lua.Keys
 	Owner string
+	// WatchKind is the watchdog renewal a hold of this handle gets:
+	// watchdog.KindLock (renew.lua), or KindRW (the read-write lock's).
+	WatchKind watchdog.Kind
 
 	mu       sync.Mutex
 	settling []<-chan struct{} // give-backs of abandoned requests still running
@@ -475,7 +478,7 @@ func (m *Mutex) granted(sent time.Time, leaseMs int64, watchdogKept bool) bool {
 	h.validUntil = validity(sent, leaseMs)
 	if watchdogKept && !h.watchdog {
 		h.watchdog = true
-		h.wd = m.S.Watchdog.Add(m.Keys.Name, m.Owner, h)
+		h.wd = m.S.Watchdog.AddKind(m.Keys.Name, m.Owner, m.WatchKind, h)
 	}
 	if h.timer == nil {
 		h.timer = time.AfterFunc(time.Until(h.validUntil), h.expire)

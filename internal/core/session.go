@@ -134,10 +134,22 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 		slot = Slot
 	}
 	leaseMs := cfg.Lease.Milliseconds()
-	s.Watchdog = watchdog.New(func(ctx context.Context, names, owners []string) ([]watchdog.Status, error) {
-		st, err := call(ctx, func(ctx context.Context) ([]lua.RenewStatus, error) {
-			return s.Scripts.RenewEach(ctx, s.RDB, names, owners, leaseMs)
-		})
+	s.Watchdog = watchdog.New(s.renewFunc(func(ctx context.Context, names, owners []string) ([]lua.RenewStatus, error) {
+		return s.Scripts.RenewEach(ctx, s.RDB, names, owners, leaseMs)
+	}), slot, cfg.Lease, cfg.RenewBatch)
+	s.Watchdog.SetRenew(KindRW, s.renewFunc(func(ctx context.Context, names, owners []string) ([]lua.RenewStatus, error) {
+		return s.Scripts.RWRenewEach(ctx, s.RDB, names, owners, leaseMs)
+	}))
+	return s, nil
+}
+
+// KindRW is the watchdog kind of read-write lock holds (rw_renew.lua).
+const KindRW watchdog.Kind = 1
+
+// renewFunc adapts a renewal script call to the watchdog.
+func (s *Session) renewFunc(f func(ctx context.Context, names, owners []string) ([]lua.RenewStatus, error)) watchdog.RenewFunc {
+	return func(ctx context.Context, names, owners []string) ([]watchdog.Status, error) {
+		st, err := call(ctx, func(ctx context.Context) ([]lua.RenewStatus, error) { return f(ctx, names, owners) })
 		if err != nil {
 			if !isScriptError(err) {
 				s.connError()
@@ -156,8 +168,7 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 			}
 		}
 		return out, nil
-	}, slot, cfg.Lease, cfg.RenewBatch)
-	return s, nil
+	}
 }
 
 // NewThreadID hands out the thread part of an owner id: 1, 2, 3, ...

@@ -39,6 +39,14 @@ const (
 // All names of one call share a hash slot.
 type RenewFunc func(ctx context.Context, names, owners []string) ([]Status, error)
 
+// Kind says which renewal function renews an entry: KindLock (the one
+// given to New) or another registered with SetRenew, such as the read-write
+// lock's, whose renewal also extends each read hold's own key.
+type Kind uint8
+
+// KindLock is the kind of entries added with Add: renewed by New's function.
+const KindLock Kind = 0
+
 // SlotFunc maps a key to its cluster hash slot, or nil for one slot.
 type SlotFunc func(key string) int
 
@@ -48,6 +56,7 @@ const MaxInFlight = 16
 // Watchdog keeps leases alive. Make one with New; Close stops it.
 type Watchdog struct {
 	renew  RenewFunc
+	kinds  map[Kind]RenewFunc // other kinds' renewal (SetRenew)
 	slot   SlotFunc
 	lease  time.Duration
 	period time.Duration
@@ -77,6 +86,7 @@ type Holder interface {
 // Entry is one registered (lock, owner).
 type Entry struct {
 	name, owner string
+	kind        Kind
 	holder      Holder
 	inFlight    bool // a renewal call for it has not returned yet
 }
@@ -98,9 +108,25 @@ func New(renew RenewFunc, slot SlotFunc, lease time.Duration, batch int) *Watchd
 // Period is the time between two renewals of a lock.
 func (w *Watchdog) Period() time.Duration { return w.period }
 
+// SetRenew registers the renewal function of entries of kind k (not
+// KindLock). Call it before adding entries of that kind.
+func (w *Watchdog) SetRenew(k Kind, f RenewFunc) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.kinds == nil {
+		w.kinds = map[Kind]RenewFunc{}
+	}
+	w.kinds[k] = f
+}
+
 // Add registers a lock whose lease was just set by its owner.
 func (w *Watchdog) Add(name, owner string, holder Holder) *Entry {
-	e := &Entry{name: name, owner: owner, holder: holder}
+	return w.AddKind(name, owner, KindLock, holder)
+}
+
+// AddKind is Add for an entry renewed by kind k's function (SetRenew).
+func (w *Watchdog) AddKind(name, owner string, k Kind, holder Holder) *Entry {
+	e := &Entry{name: name, owner: owner, kind: k, holder: holder}
 	w.mu.Lock()
 	w.entries[e] = struct{}{}
 	w.mu.Unlock()
@@ -149,6 +175,10 @@ type lostError string
 
 func (e lostError) Error() string { return string(e) }
 
+// errNoRenew: no renewal function for an entry's kind (a programming
+// error): nothing is confirmed, so its holders' validity runs out.
+var errNoRenew = lostError("no renewal function for this kind")
+
 const (
 	// ErrGone: the renewal found the lock not held by its owner.
 	ErrGone = lostError("lock no longer held by its owner (expired, deleted or taken)")
@@ -160,7 +190,12 @@ const (
 // has not returned are skipped: one stuck call per lock at most.
 func (w *Watchdog) tick() {
 	w.mu.Lock()
-	groups := map[int][]*Entry{}
+	// One call renews entries of one slot and one kind.
+	type group struct {
+		slot int
+		kind Kind
+	}
+	groups := map[group][]*Entry{}
 	for e := range w.entries {
 		if e.inFlight {
 			continue
@@ -170,12 +205,17 @@ func (w *Watchdog) tick() {
 		if w.slot != nil {
 			s = w.slot(e.name)
 		}
-		groups[s] = append(groups[s], e)
+		groups[group{s, e.kind}] = append(groups[group{s, e.kind}], e)
 	}
+	kinds := w.kinds
 	w.mu.Unlock()
 
 	sem := make(chan struct{}, MaxInFlight)
-	for _, g := range groups {
+	for key, g := range groups {
+		renew := w.renew
+		if key.kind != KindLock {
+			renew = kinds[key.kind]
+		}
 		for len(g) > 0 {
 			n := min(len(g), w.batch)
 			batch := g[:n]
@@ -185,13 +225,13 @@ func (w *Watchdog) tick() {
 			go func() {
 				defer w.calls.Done()
 				defer func() { <-sem }()
-				w.renewBatch(batch)
+				w.renewBatch(renew, batch)
 			}()
 		}
 	}
 }
 
-func (w *Watchdog) renewBatch(batch []*Entry) {
+func (w *Watchdog) renewBatch(renew RenewFunc, batch []*Entry) {
 	names := make([]string, len(batch))
 	owners := make([]string, len(batch))
 	deadline := time.Now().Add(w.period)
@@ -203,7 +243,11 @@ func (w *Watchdog) renewBatch(batch []*Entry) {
 	}
 	sent := time.Now()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	st, err := w.renew(ctx, names, owners)
+	var st []Status
+	var err error = errNoRenew
+	if renew != nil {
+		st, err = renew(ctx, names, owners)
+	}
 	cancel()
 
 	w.mu.Lock()

@@ -1,0 +1,97 @@
+package propertytests
+
+import (
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/fairlock-go/fairlock/lua"
+)
+
+// Broken variants of the read-write lock's scripts: Redisson's own
+// behaviour where ours differs for the client's promise, and plain bugs.
+// Each must make rwMachine fail, through the promise (exclusion, validity)
+// or through the model.
+var rwBrokenVariants = []brokenVariant{
+	{
+		name: "a writer admitted beside readers", machine: rwMachine, file: lua.FileRWWriteAcquire,
+		old: "if mode == false then", new: "if mode == false or mode == 'read' then",
+	},
+	{
+		name: "Redisson's read unlock reply: 0 while other owners hold", machine: rwMachine, file: lua.FileRWReadUnlock,
+		old: "local mine = 1\n", new: "local mine = 0\n",
+	},
+	{
+		name: "Redisson's read unlock: the latest hold's lease is dropped", machine: rwMachine, file: lua.FileRWReadUnlock,
+		old: "if t > 0 and t > redis.call('pttl', below) then", new: "if false then",
+	},
+	{
+		name: "Redisson's read unlock in write mode: the writer's lease cut to its reads'", machine: rwMachine, file: lua.FileRWReadUnlock,
+		old: "    if mode == 'write' then\n        -- Not in Redisson",
+		// Redisson's: in write mode too the TTL becomes the longest read
+		// hold's when one is left; only with none left is it kept.
+		new: "    if mode == 'write' and not (function() for _, f in ipairs(redis.call('hkeys', KEYS[1])) do " +
+			"local n = tonumber(redis.call('hget', KEYS[1], f)) if n then for k = n, 1, -1 do " +
+			"if redis.call('pttl', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. k) > 0 then return true end end end end " +
+			"return false end)() then\n        -- Not in Redisson",
+	},
+	{
+		name: "renewal leaves the read holds' keys", machine: rwMachine, file: lua.FileRWRenew,
+		old: "redis.call('set', key, 1, 'px', math.max(t, lease))", new: "local _ = t",
+	},
+	{
+		name: "a shared read hold resets the lock's lease", machine: rwMachine, file: lua.FileRWReadAcquire,
+		old: "redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), lease))", new: "redis.call('pexpire', KEYS[1], lease)",
+	},
+	{
+		name: "Redisson's write re-entry adds the lease to the TTL (H6)", machine: rwMachine, file: lua.FileRWWriteAcquire,
+		old: "math.max(redis.call('pttl', KEYS[1]), lease)", new: "redis.call('pttl', KEYS[1]) + lease",
+	},
+	{
+		name: "Redisson's write unlock: no message when the writer's reads remain", machine: rwMachine, file: lua.FileRWWriteUnlock,
+		old: "    redis.call('hset', KEYS[1], 'mode', 'read')\nend\nredis.call(ARGV[4], KEYS[2], ARGV[1])",
+		new: "    redis.call('hset', KEYS[1], 'mode', 'read')\nend\nif redis.call('exists', KEYS[1]) == 0 then redis.call(ARGV[4], KEYS[2], ARGV[1]) end",
+	},
+	{
+		name: "Redisson's H5: a read unlock of a free lock latches a release", machine: rwMachine, file: lua.FileRWReadUnlock,
+		old: "    redis.call(ARGV[3], KEYS[2], ARGV[1])\n    return nil", new: "    redis.call(ARGV[3], KEYS[2], ARGV[1])\n    redis.call('set', KEYS[5], '1', 'px', ARGV[4])\n    return nil",
+	},
+}
+
+// TestRWBrokenVariantsFail requires rwMachine to catch every variant on
+// miniredis and on redis-server.
+func TestRWBrokenVariantsFail(t *testing.T) {
+	setFlag(t, "rapid.shrinktime", "200ms")
+	setFlag(t, "rapid.nofailfile", "true")
+	backends := []struct {
+		name string
+		b    func(t *testing.T) backend
+	}{
+		{"miniredis", func(*testing.T) backend { return miniBackend{} }},
+		{"redis-server", func(t *testing.T) backend { return newRealBackend(t) }},
+	}
+	for _, v := range rwBrokenVariants {
+		t.Run(v.name, func(t *testing.T) {
+			scripts := v.scripts(t)
+			for _, be := range backends {
+				t.Run(be.name, func(t *testing.T) {
+					b := be.b(t)
+					r := &recorder{name: t.Name()}
+					var c counts
+					func() {
+						defer func() {
+							if p := recover(); p != nil && p != errFailNow {
+								panic(p)
+							}
+						}()
+						rapid.Check(r, v.machine(b, scripts, &c))
+					}()
+					if !r.Failed() {
+						t.Fatalf("the machine did not catch %q in %d sequences, %d steps", v.name, c.sequences, c.steps)
+					}
+					t.Logf("caught (%d sequences run, shrinking included): %s", c.sequences, r.first())
+				})
+			}
+		})
+	}
+}

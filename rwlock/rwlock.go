@@ -1,0 +1,258 @@
+// Package rwlock is a distributed read-write lock on Redis, Redisson's
+// RReadWriteLock, wire-compatible with it: many readers share the lock, or
+// one writer holds it alone (and may also take read holds itself); each
+// half is reentrant, kept by the watchdog or an explicit lease, and waiters
+// are woken by pub/sub on the lock's channel.
+//
+// A writer waits until every read hold is released, its own owner's
+// included: a read hold cannot be upgraded to a write hold (taking the
+// write lock while holding the read lock waits for ever, or until ctx
+// ends). The converse is allowed: the writer may take read holds, which it
+// keeps after its last write Unlock.
+//
+// It is not fair: when the lock is freed any waiter may take it, and
+// readers arriving while readers hold the lock join them even if a writer
+// waits, so a steady stream of readers can starve a writer.
+package rwlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/lua"
+)
+
+// Errors, the same values as package fairlock's.
+var (
+	ErrNotHeld      = fairlock.ErrNotHeld
+	ErrCanceled     = fairlock.ErrCanceled
+	ErrLost         = fairlock.ErrLost
+	ErrClosed       = fairlock.ErrClosed
+	ErrInvalidName  = fairlock.ErrInvalidName
+	ErrInvalidValue = fairlock.ErrInvalidValue
+)
+
+// NoExpiry is what RemainingLease reports for a lock with no lease.
+const NoExpiry = core.NoExpiry
+
+// RWMutex is a handle on a distributed read-write lock: one owner
+// ("<client-uuid>:<thread-id>", Redisson's thread) with a read half and a
+// write half. As with reentrant.Mutex each handle is its own owner; give each
+// goroutine that must be excluded its own handle (New is cheap: it talks to
+// nobody). An RWMutex must not be copied after first use.
+type RWMutex struct {
+	read, write *Lock
+}
+
+// Lock is one half of an RWMutex: the read lock or the write lock.
+type Lock struct {
+	m     *core.Mutex
+	write bool
+}
+
+// Option configures an RWMutex.
+type Option func(*options)
+
+type options struct{ threadID int64 }
+
+// WithThreadID fixes the thread part of the owner id, for example to act as
+// the same owner as another process (as a Java thread id does). It must be
+// positive. By default each handle gets a fresh id.
+func WithThreadID(id int64) Option { return func(o *options) { o.threadID = id } }
+
+// New returns a handle on the read-write lock called name. The name must be
+// non-empty; it may carry a Redis hash tag ("{tag}rest"). New does not talk
+// to Redis.
+func New(c *fairlock.Client, name string, opts ...Option) (*RWMutex, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.threadID < 0 {
+		return nil, fmt.Errorf("%w: thread id %d", ErrInvalidValue, o.threadID)
+	}
+	s := core.Of(c)
+	if s == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidValue)
+	}
+	if err := lua.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("fairlock: %w", err)
+	}
+	tid := o.threadID
+	if tid == 0 {
+		tid = s.NewThreadID()
+	}
+	half := func(write bool) (*Lock, error) {
+		m, err := core.NewMutex(s, func(k lua.Keys) core.Engine { return engine{s: s, k: k, write: write} }, name, tid)
+		if err != nil {
+			return nil, err
+		}
+		if write {
+			m.Owner = lua.WriterOwner(m.Owner)
+		}
+		m.WatchKind = core.KindRW
+		return &Lock{m: m, write: write}, nil
+	}
+	r, err := half(false)
+	if err != nil {
+		return nil, err
+	}
+	w, err := half(true)
+	if err != nil {
+		return nil, err
+	}
+	return &RWMutex{read: r, write: w}, nil
+}
+
+// ReadLock is the read half: shared with other owners' read holds, and
+// with this owner's own write hold.
+func (rw *RWMutex) ReadLock() *Lock { return rw.read }
+
+// WriteLock is the write half: exclusive, except for this owner's own read
+// holds.
+func (rw *RWMutex) WriteLock() *Lock { return rw.write }
+
+// Name is the lock's name.
+func (rw *RWMutex) Name() string { return rw.read.m.Keys.Name }
+
+// Name is the lock's name.
+func (l *Lock) Name() string { return l.m.Keys.Name }
+
+// Owner is the owner id this half writes into the lock: "<uuid>:<tid>" for
+// the read half, "<uuid>:<tid>:write" for the write half.
+func (l *Lock) Owner() string { return l.m.Owner }
+
+// Lock acquires this half, waiting as long as ctx allows. The watchdog
+// keeps the hold until Unlock. If ctx ends first, Lock returns an error
+// matching both ErrCanceled and ctx.Err(), and leaves nothing behind.
+func (l *Lock) Lock(ctx context.Context) error {
+	_, err := l.m.Acquire(ctx, core.AcquireOpts{Wait: core.Forever})
+	return err
+}
+
+// LockWithLease is Lock with an explicit lease: the hold frees itself after
+// lease unless unlocked first, and no watchdog renews it.
+func (l *Lock) LockWithLease(ctx context.Context, lease time.Duration) error {
+	if lease <= 0 {
+		return fmt.Errorf("%w: lease %v", ErrInvalidValue, lease)
+	}
+	_, err := l.m.Acquire(ctx, core.AcquireOpts{Wait: core.Forever, Lease: lease})
+	return err
+}
+
+// TryLock makes one attempt and does not wait. Contention is reported as
+// false with a nil error.
+func (l *Lock) TryLock(ctx context.Context) (bool, error) {
+	return l.m.Acquire(ctx, core.AcquireOpts{})
+}
+
+// TryLockFor waits up to wait for this half. A lease of 0 means the
+// watchdog keeps the hold; a positive lease frees it after that long. It
+// reports false with a nil error when the wait ran out.
+func (l *Lock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if wait < 0 {
+		return false, fmt.Errorf("%w: wait %v", ErrInvalidValue, wait)
+	}
+	return l.m.Acquire(ctx, core.AcquireOpts{Wait: wait, Lease: lease})
+}
+
+// Unlock releases one hold of this half. It returns ErrNotHeld, changing
+// nothing, when this owner holds none. When ctx ends, before or during the
+// call, it still runs to completion on a fresh context bounded by the
+// client's cleanup timeout. A retry after a lost reply returns the first
+// outcome (Redisson's unlock latch).
+func (l *Lock) Unlock(ctx context.Context) error { return l.m.Unlock(ctx) }
+
+// ForceUnlock deletes the lock, whoever holds it, when it is held in this
+// half's mode (the read half deletes a read-locked lock, the write half a
+// write-locked one), and wakes the waiters. It reports whether a lock was
+// deleted.
+func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) { return l.m.ForceUnlock(ctx) }
+
+// IsLocked reports, for the read half, whether the lock is held in read
+// mode or held by a writer that also reads; for the write half, whether it
+// is held in write mode (Redisson's isLocked of each half).
+func (l *Lock) IsLocked(ctx context.Context) (bool, error) {
+	type state struct {
+		mode string
+		n    int64
+	}
+	st, err := core.Call(ctx, func(ctx context.Context) (state, error) {
+		pipe := l.m.S.RDB.Pipeline()
+		mode := pipe.HGet(ctx, l.m.Keys.Name, "mode")
+		n := pipe.HLen(ctx, l.m.Keys.Name)
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return state{}, err
+		}
+		return state{mode.Val(), n.Val()}, nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if l.write {
+		return st.mode == "write", nil
+	}
+	return st.mode == "read" || (st.mode == "write" && st.n > 2), nil
+}
+
+// IsHeld reports whether this half's owner holds it.
+func (l *Lock) IsHeld(ctx context.Context) (bool, error) { return l.m.IsHeld(ctx) }
+
+// HoldCount is this half's hold count in Redis; 0 when it holds none.
+func (l *Lock) HoldCount(ctx context.Context) (int, error) { return l.m.HoldCount(ctx) }
+
+// RemainingLease is the lock's remaining lease (both halves share it): 0
+// when nobody holds it, NoExpiry when it has no lease.
+func (l *Lock) RemainingLease(ctx context.Context) (time.Duration, error) {
+	return l.m.RemainingLease(ctx)
+}
+
+// Done returns a channel that is closed when this half's current hold
+// ends: its last Unlock, a ForceUnlock through it, or the loss of the lock.
+// Err then says which. When the half holds nothing the channel is already
+// closed.
+func (l *Lock) Done() <-chan struct{} { return l.m.Done() }
+
+// Err is nil while this half is held and after a release; after a loss it
+// is an error matching ErrLost; after the client was closed with the hold,
+// one matching ErrClosed.
+func (l *Lock) Err() error { return l.m.Err() }
+
+// ValidUntil is the local instant until which this half's current hold is
+// known to be valid (see reentrant.Mutex.ValidUntil). Zero when nothing is
+// held.
+func (l *Lock) ValidUntil() time.Time { return l.m.ValidUntil() }
+
+type engine struct {
+	s     *core.Session
+	k     lua.Keys
+	write bool
+}
+
+func (e engine) Try(ctx context.Context, a lua.Args, _ bool) (bool, int64, error) {
+	if e.write {
+		return e.s.Scripts.WriteAcquire(ctx, e.s.RDB, e.k, a)
+	}
+	return e.s.Scripts.ReadAcquire(ctx, e.s.RDB, e.k, a)
+}
+
+func (e engine) GiveUp(context.Context, lua.Args) error { return nil }
+
+func (e engine) Unlock(ctx context.Context, a lua.Args) (lua.UnlockResult, error) {
+	if e.write {
+		return e.s.Scripts.WriteUnlock(ctx, e.s.RDB, e.k, a)
+	}
+	return e.s.Scripts.ReadUnlock(ctx, e.s.RDB, e.k, a)
+}
+
+func (e engine) ForceUnlock(ctx context.Context, a lua.Args) (bool, error) {
+	return e.s.Scripts.RWForceUnlock(ctx, e.s.RDB, e.k, a, e.write)
+}
+
+func (e engine) WakeChannel(string) string { return e.k.RWChannel() }
