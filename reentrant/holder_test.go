@@ -8,6 +8,7 @@ package reentrant_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -130,9 +131,22 @@ func TestAbandonedAcquisitionLeavesNoHold(t *testing.T) {
 // Case 2: a ctx deadline bounds every call, with go-redis's default settings
 // (ContextTimeoutEnabled off, read timeout 3 s, 3 retries), on a stopped
 // server and on a refused address.
+//
+// Both client settings: without ContextTimeoutEnabled each call runs on a
+// goroutine of its own; with it, a call whose ctx has a deadline runs
+// inline, bounded by go-redis at the deadline (call.go).
 func TestContextBoundsCallsOnAStoppedServer(t *testing.T) {
+	for _, enforced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", enforced), func(t *testing.T) {
+			testContextBoundsCallsOnAStoppedServer(t, enforced)
+		})
+	}
+}
+
+func testContextBoundsCallsOnAStoppedServer(t *testing.T, enforced bool) {
 	srv := redistest.StartT(t)
-	rdb := srv.Backend().Client(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: enforced})
+	t.Cleanup(func() { _ = rdb.Close() })
 	cleanup := time.Second
 	c := newClient(t, rdb, fairlock.WithCleanupTimeout(cleanup))
 	m := newMutex(t, c, "lock")

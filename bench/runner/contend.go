@@ -77,7 +77,10 @@ func contend(ctx context.Context, e *env, lib Lib, spec contendSpec, before func
 
 	base := time.Now()
 	now := func() int64 { return int64(time.Since(base)) }
-	runCtx, cancel := context.WithCancel(ctx)
+	// The waits' context has a deadline (well past the turn; the turn ends
+	// by cancelling it), as a request's context would: with the clients'
+	// ContextTimeoutEnabled, fairlock's calls on it run inline.
+	runCtx, cancel := context.WithDeadline(ctx, time.Now().Add(spec.duration+spec.limit+time.Minute))
 	defer cancel()
 	var (
 		stop       atomic.Bool

@@ -138,7 +138,12 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 func (e *env) goredis() *redis.Client {
-	rdb := redis.NewClient(&redis.Options{Addr: e.addr})
+	// ContextTimeoutEnabled: go-redis enforces a context's deadline on the
+	// socket itself (off by default), for every library alike. fairlock's
+	// locks then run a call whose context has a deadline on the caller's
+	// goroutine instead of a goroutine of its own (README, "Every call
+	// returns as soon as its ctx ends").
+	rdb := redis.NewClient(&redis.Options{Addr: e.addr, ContextTimeoutEnabled: true})
 	rdb.AddHook(e.cmds)
 	return rdb
 }

@@ -34,18 +34,20 @@ type result[T any] struct {
 // call runs f bounded by ctx: it returns f's result, or ctx's error as soon
 // as ctx ends, leaving f to finish in the background.
 func call[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	return callC(ctx, nil, f)
+	return callC(ctx, ctx.Done() == nil, nil, f)
 }
 
 // callC is call that also returns ErrClosed as soon as closing is closed
-// (the session's Close), when f runs on its own goroutine. A ctx that can
-// never end runs f inline (closing is then not watched: the call is bounded
-// by the client's own timeouts, and its caller finds the session closed when
-// it returns). Inline is the fast path: handing the call to a goroutine costs
-// a scheduler wake-up on each side, which on a busy 2-core machine was most
+// (the session's Close), when f runs on its own goroutine. With inline set
+// (Session.inline: a ctx that can never end, or a deadline the client
+// enforces itself) it runs f on the caller's goroutine; closing is then not
+// watched: the call is bounded by the client's own timeouts (or the
+// deadline), and its caller finds the session closed when it returns.
+// Inline is the fast path: handing the call to a goroutine costs a
+// scheduler wake-up on each side, which on a busy 2-core machine was most
 // of an uncontended Lock+Unlock (about 200 µs against 120 µs inline).
-func callC[T any](ctx context.Context, closing <-chan struct{}, f func(context.Context) (T, error)) (T, error) {
-	if ctx.Done() == nil {
+func callC[T any](ctx context.Context, inline bool, closing <-chan struct{}, f func(context.Context) (T, error)) (T, error) {
+	if inline {
 		return f(ctx)
 	}
 	if err := ctx.Err(); err != nil {
@@ -70,15 +72,15 @@ func callC[T any](ctx context.Context, closing <-chan struct{}, f func(context.C
 }
 
 // call2 is callC for functions with two results.
-func call2[A, B any](ctx context.Context, closing <-chan struct{}, f func(context.Context) (A, B, error)) (A, B, error) {
-	if ctx.Done() == nil {
+func call2[A, B any](ctx context.Context, inline bool, closing <-chan struct{}, f func(context.Context) (A, B, error)) (A, B, error) {
+	if inline {
 		return f(ctx)
 	}
 	type ab struct {
 		a A
 		b B
 	}
-	r, err := callC(ctx, closing, func(ctx context.Context) (ab, error) {
+	r, err := callC(ctx, false, closing, func(ctx context.Context) (ab, error) {
 		a, b, err := f(ctx)
 		return ab{a, b}, err
 	})
@@ -100,10 +102,10 @@ func isNil(x any) bool {
 }
 
 // callErr is callC for functions with only an error.
-func callErr(ctx context.Context, closing <-chan struct{}, f func(context.Context) error) error {
-	if ctx.Done() == nil {
+func callErr(ctx context.Context, inline bool, closing <-chan struct{}, f func(context.Context) error) error {
+	if inline {
 		return f(ctx)
 	}
-	_, err := callC(ctx, closing, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
+	_, err := callC(ctx, false, closing, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
 	return err
 }

@@ -178,7 +178,7 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		a.LeaseMs, watchdogKept = m.leaseFor(o.Lease)
 		sent := time.Now()
 		args := a // the call may outlive this attempt: it gets its own copy
-		ok, ttl, err := call2(ctx, closing, func(ctx context.Context) (bool, int64, error) { return m.E.Try(ctx, args, o.Queue) })
+		ok, ttl, err := call2(ctx, m.S.inline(ctx), closing, func(ctx context.Context) (bool, int64, error) { return m.E.Try(ctx, args, o.Queue) })
 		if (err != nil && !isScriptError(err)) || time.Since(sent) >= m.S.resendAfter {
 			suspect = true
 		}
@@ -196,9 +196,14 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		}
 		// Replica acknowledgement (replicas.go): an error here is
 		// handled as an ambiguous attempt, whose cleanup undoes the hold.
-		if err := callErr(ctx, closing, func(ctx context.Context) error {
+		if err := callErr(ctx, m.S.inline(ctx), closing, func(ctx context.Context) error {
 			return m.S.ConfirmAcquire(ctx, m.Keys.Name, m.Owner)
-		}); err != nil {
+		}); errors.Is(err, errLostDuringAck) {
+			// The hold is gone already: nothing to give back. Go on with
+			// a new request id (this one's latch says granted).
+			a.AcquireID = RequestID()
+			return false, 0, nil
+		} else if err != nil {
 			suspect = true // the request holds the lock: leaving gives it back
 			return false, 0, err
 		}
@@ -415,7 +420,7 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 			needUnlock = false
 		}
 		if !left {
-			if err := callErr(ctx, nil, func(ctx context.Context) error { return m.E.GiveUp(ctx, a) }); err != nil {
+			if err := callErr(ctx, ctx.Done() == nil, nil, func(ctx context.Context) error { return m.E.GiveUp(ctx, a) }); err != nil {
 				return err
 			}
 			left = true
@@ -604,7 +609,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	for try := 0; try < unlockRetries; try++ {
 		a.NowMs = m.S.WallMs()
 		args := a // the call may outlive this try: it gets its own copy
-		res, err = call(ctx, func(ctx context.Context) (lua.UnlockResult, error) { return m.E.Unlock(ctx, args) })
+		res, err = callC(ctx, m.S.inline(ctx), nil, func(ctx context.Context) (lua.UnlockResult, error) { return m.E.Unlock(ctx, args) })
 		if isTryAgain(err) && ctx.Err() == nil {
 			// A slot migration: nothing ran. Wait for it, within ctx.
 			try--

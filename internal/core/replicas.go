@@ -44,6 +44,11 @@ return 0`
 
 var confirmScript = redis.NewScript(confirmSource)
 
+// errLostDuringAck: the hold an acquisition took was gone (its lease ran
+// out, or a ForceUnlock deleted it) by the time a replica acknowledged it.
+// Nothing is left to give back; the acquisition tries again.
+var errLostDuringAck = errors.New("gone from the primary while waiting for a replica's acknowledgement")
+
 // replicaAck keeps the per-primary replica counts.
 type replicaAck struct {
 	mu    sync.Mutex
@@ -224,7 +229,7 @@ func (s *Session) confirmOn(ctx context.Context, node *redis.Client, asking bool
 	if ok, err := still.Result(); err != nil {
 		return err
 	} else if !ok {
-		return fmt.Errorf("%w: %q: gone from the primary while waiting for a replica's acknowledgement", ErrLost, name)
+		return fmt.Errorf("%w: %w: %q", errLostDuringAck, ErrLost, name)
 	}
 	if acked < int64(n) {
 		s.forgetReplicas(node) // a replica may have left: count again next time

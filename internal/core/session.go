@@ -91,6 +91,9 @@ type Session struct {
 	// go-redis after a timeout (the smaller of the client's read and write
 	// timeouts; 0 when unknown: every call is suspect).
 	resendAfter time.Duration
+	// enforcesDeadlines: the client applies a context's deadline to its
+	// socket I/O (see inline).
+	enforcesDeadlines bool
 
 	closeCtx context.Context // ended when Close starts: waits end
 	closeNow context.CancelCauseFunc
@@ -124,6 +127,7 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	s.closeCtx, s.closeNow = context.WithCancelCause(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	s.resendAfter = resendAfter(rdb)
+	s.enforcesDeadlines = enforcesDeadlines(rdb)
 	mode := pubsub.Sharded(cfg.ShardedPubSub, Slot)
 	if _, ok := rdb.(*redis.ClusterClient); ok && !cfg.ShardedSet {
 		mode = pubsub.AutoSharded(Slot)
@@ -350,6 +354,33 @@ func waitFor(wg *sync.WaitGroup, d time.Duration) {
 	case <-done:
 	case <-t.C:
 	}
+}
+
+// enforcesDeadlines reports whether go-redis applies a context's deadline
+// to the socket reads and writes of rdb (ContextTimeoutEnabled).
+func enforcesDeadlines(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// inline reports whether a call on ctx may run on the caller's goroutine
+// (call.go): when ctx can never end, or when it has a deadline that the
+// client itself enforces on the socket. A cancellation before that deadline
+// is then seen when the call returns, at the latest at the deadline.
+func (s *Session) inline(ctx context.Context) bool {
+	if ctx.Done() == nil {
+		return true
+	}
+	if !s.enforcesDeadlines {
+		return false
+	}
+	_, ok := ctx.Deadline()
+	return ok
 }
 
 // resendAfter is how long a call must last before go-redis may have timed
