@@ -22,8 +22,8 @@ type cycler struct {
 	// canEnd: cycles get the run's context, which can end; otherwise one
 	// that cannot (context.WithoutCancel), as most benchmarks pass.
 	canEnd bool
-	cycle func(ctx context.Context) error
-	close func()
+	cycle  func(ctx context.Context) error
+	close  func()
 
 	lat    []time.Duration
 	allocs uint64 // runtime.MemStats.Mallocs over this round's measured chunks
