@@ -86,8 +86,11 @@ func (b *cmdBuf) run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
 }
 
 // The box cache: boxed values of strings and integers that repeat, so that
-// passing them as []any does not allocate each time. A slot holds the last
-// value hashed to it; a miss boxes afresh and takes the slot.
+// passing them as []any does not allocate each time. A value hashes to a
+// pair of slots; a miss boxes afresh and takes the pair's older slot. With
+// 4096 slots the dozen values of one lock handle rarely evict each other,
+// and many handles at once degrade to go-redis's own cost (one allocation
+// per value), never worse.
 type boxed struct {
 	s     string
 	n     int64
@@ -97,16 +100,19 @@ type boxed struct {
 
 var (
 	boxSeed  = maphash.MakeSeed()
-	boxSlots [512]atomic.Pointer[boxed]
+	boxSlots [4096]atomic.Pointer[boxed]
+	boxFlip  atomic.Uint32 // which slot of a pair a miss takes
 )
 
 func boxString(s string) any {
-	i := maphash.String(boxSeed, s) % uint64(len(boxSlots))
-	if b := boxSlots[i].Load(); b != nil && !b.isInt && b.s == s {
-		return b.v
+	i := maphash.String(boxSeed, s) % uint64(len(boxSlots)) &^ 1
+	for j := i; j <= i+1; j++ {
+		if b := boxSlots[j].Load(); b != nil && !b.isInt && b.s == s {
+			return b.v
+		}
 	}
 	b := &boxed{s: s, v: s}
-	boxSlots[i].Store(b)
+	boxSlots[i+uint64(boxFlip.Add(1)&1)].Store(b)
 	return b.v
 }
 
@@ -114,11 +120,13 @@ func boxInt(n int64) any {
 	if n >= 0 && n < 256 {
 		return n // the runtime boxes small integers without allocating
 	}
-	i := (uint64(n) * 0x9E3779B97F4A7C15 >> 32) % uint64(len(boxSlots))
-	if b := boxSlots[i].Load(); b != nil && b.isInt && b.n == n {
-		return b.v
+	i := (uint64(n) * 0x9E3779B97F4A7C15 >> 32) % uint64(len(boxSlots)) &^ 1
+	for j := i; j <= i+1; j++ {
+		if b := boxSlots[j].Load(); b != nil && b.isInt && b.n == n {
+			return b.v
+		}
 	}
 	b := &boxed{n: n, isInt: true, v: n}
-	boxSlots[i].Store(b)
+	boxSlots[i+uint64(boxFlip.Add(1)&1)].Store(b)
 	return b.v
 }
