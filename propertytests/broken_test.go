@@ -127,8 +127,20 @@ func (v brokenVariant) scripts(t *testing.T) *lua.Scripts {
 // TestBrokenVariantsFail runs each broken variant's machine on miniredis and
 // on redis-server and requires rapid to report a failure.
 func TestBrokenVariantsFail(t *testing.T) {
-	// Shrinking is not what this test is about, and no fail file should be
-	// written for an expected failure.
+	for _, v := range brokenVariants {
+		t.Run(v.name, func(t *testing.T) {
+			scripts := v.scripts(t)
+			requireCaught(t, v.name, func(b backend, c *counts) func(*rapid.T) { return v.machine(b, scripts, c) })
+		})
+	}
+}
+
+// requireCaught runs machine on miniredis and on redis-server, each in a
+// subtest, and requires rapid to report a failure on both: the test of a
+// deliberately broken variant (name). Shrinking is not what it is about,
+// and no fail file is written for an expected failure.
+func requireCaught(t *testing.T, name string, machine func(b backend, c *counts) func(*rapid.T)) {
+	t.Helper()
 	setFlag(t, "rapid.shrinktime", "200ms")
 	setFlag(t, "rapid.nofailfile", "true")
 	backends := []struct {
@@ -138,28 +150,23 @@ func TestBrokenVariantsFail(t *testing.T) {
 		{"miniredis", func(*testing.T) backend { return miniBackend{} }},
 		{"redis-server", func(t *testing.T) backend { return newRealBackend(t) }},
 	}
-	for _, v := range brokenVariants {
-		t.Run(v.name, func(t *testing.T) {
-			scripts := v.scripts(t)
-			for _, be := range backends {
-				t.Run(be.name, func(t *testing.T) {
-					b := be.b(t)
-					r := &recorder{name: t.Name()}
-					var c counts
-					func() {
-						defer func() {
-							if p := recover(); p != nil && p != errFailNow {
-								panic(p)
-							}
-						}()
-						rapid.Check(r, v.machine(b, scripts, &c))
-					}()
-					if !r.Failed() {
-						t.Fatalf("the machine did not catch %q in %d sequences, %d steps", v.name, c.sequences, c.steps)
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			b := be.b(t)
+			r := &recorder{name: t.Name()}
+			var c counts
+			func() {
+				defer func() {
+					if p := recover(); p != nil && p != errFailNow {
+						panic(p)
 					}
-					t.Logf("caught (%d sequences run, shrinking included): %s", c.sequences, r.first())
-				})
+				}()
+				rapid.Check(r, machine(b, &c))
+			}()
+			if !r.Failed() {
+				t.Fatalf("the machine did not catch %q in %d sequences, %d steps", name, c.sequences, c.steps)
 			}
+			t.Logf("caught (%d sequences run, shrinking included): %s", c.sequences, r.first())
 		})
 	}
 }

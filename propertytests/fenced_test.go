@@ -214,27 +214,10 @@ var fencedBrokenVariants = []brokenVariant{
 }
 
 func TestFencedBrokenVariantsFail(t *testing.T) {
-	setFlag(t, "rapid.shrinktime", "200ms")
-	setFlag(t, "rapid.nofailfile", "true")
 	for _, v := range fencedBrokenVariants {
 		t.Run(v.name, func(t *testing.T) {
 			scripts := v.scripts(t)
-			for _, b := range []backend{miniBackend{}, newRealBackend(t)} {
-				r := &recorder{name: t.Name()}
-				var c counts
-				func() {
-					defer func() {
-						if p := recover(); p != nil && p != errFailNow {
-							panic(p)
-						}
-					}()
-					rapid.Check(r, v.machine(b, scripts, &c))
-				}()
-				if !r.Failed() {
-					t.Fatalf("%T: the machine did not catch %q in %d sequences, %d steps", b, v.name, c.sequences, c.steps)
-				}
-				t.Logf("%T caught it (%d sequences run, shrinking included): %s", b, c.sequences, r.first())
-			}
+			requireCaught(t, v.name, func(b backend, c *counts) func(*rapid.T) { return v.machine(b, scripts, c) })
 		})
 	}
 }

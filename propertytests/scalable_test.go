@@ -572,15 +572,6 @@ var scalableBroken = []struct{ name, file, old, new string }{
 }
 
 func TestScalableBrokenVariantsFail(t *testing.T) {
-	setFlag(t, "rapid.shrinktime", "500ms")
-	setFlag(t, "rapid.nofailfile", "true")
-	backends := []struct {
-		name string
-		b    func(t *testing.T) backend
-	}{
-		{"miniredis", func(*testing.T) backend { return miniBackend{} }},
-		{"redis-server", func(t *testing.T) backend { return newRealBackend(t) }},
-	}
 	for _, v := range scalableBroken {
 		t.Run(v.name, func(t *testing.T) {
 			// Both files are in every script's source.
@@ -590,25 +581,7 @@ func TestScalableBrokenVariantsFail(t *testing.T) {
 			scripts := lua.EditScalable(func(file, src string) string {
 				return strings.Replace(src, v.old, v.new, 1)
 			})
-			for _, be := range backends {
-				t.Run(be.name, func(t *testing.T) {
-					b := be.b(t)
-					r := &recorder{name: t.Name()}
-					var c counts
-					func() {
-						defer func() {
-							if p := recover(); p != nil && p != errFailNow {
-								panic(p)
-							}
-						}()
-						rapid.Check(r, scalableMachine(b, scripts, &c))
-					}()
-					if !r.Failed() {
-						t.Fatalf("the machine did not catch %q in %d sequences, %d steps", v.name, c.sequences, c.steps)
-					}
-					t.Logf("caught (%d sequences run, shrinking included): %s", c.sequences, r.first())
-				})
-			}
+			requireCaught(t, v.name, func(b backend, c *counts) func(*rapid.T) { return scalableMachine(b, scripts, c) })
 		})
 	}
 }
