@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,14 +181,19 @@ func TestForceUnlockDuringReplicaWaitIsSeen(t *testing.T) {
 	})
 	got := make(chan error, 1)
 	go func() { got <- a.LockWithLease(ctx, 20*time.Second) }()
-	// a's script has run; a now waits for the paused replica.
+	// a's script has run and a now waits for the paused replica: a client
+	// blocked in WAIT.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		held, err := rdb.HExists(ctx, name, a.Owner()).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if held {
+		list, err := rdb.ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held && strings.Contains(list, "cmd=wait") {
 			break
 		}
 		if time.Now().After(deadline) {

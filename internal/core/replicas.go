@@ -45,9 +45,10 @@ return 0`
 var confirmScript = redis.NewScript(confirmSource)
 
 // errLostDuringAck: the hold an acquisition took was gone (its lease ran
-// out, or a ForceUnlock deleted it) by the time a replica acknowledged it.
-// Nothing is left to give back; the acquisition tries again.
-var errLostDuringAck = errors.New("gone from the primary while waiting for a replica's acknowledgement")
+// out, or a ForceUnlock deleted it) when its replica acknowledgement was
+// asked for, or by the time a replica gave it. Nothing is left to give
+// back; the acquisition tries again.
+var errLostDuringAck = errors.New("lost during the replica acknowledgement")
 
 // replicaAck keeps the per-primary replica counts.
 type replicaAck struct {
@@ -220,7 +221,7 @@ func (s *Session) confirmOn(ctx context.Context, node *redis.Client, asking bool
 		return err
 	}
 	if v, _ := held.Int64(); v != 1 {
-		return fmt.Errorf("%w: %q: gone from the primary right after it was acquired", ErrLost, name)
+		return fmt.Errorf("%w: %w: %q: gone from the primary right after it was acquired", errLostDuringAck, ErrLost, name)
 	}
 	acked, err := wait.Int64()
 	if err != nil {
@@ -229,7 +230,7 @@ func (s *Session) confirmOn(ctx context.Context, node *redis.Client, asking bool
 	if ok, err := still.Result(); err != nil {
 		return err
 	} else if !ok {
-		return fmt.Errorf("%w: %w: %q", errLostDuringAck, ErrLost, name)
+		return fmt.Errorf("%w: %w: %q: gone from the primary while waiting for a replica", errLostDuringAck, ErrLost, name)
 	}
 	if acked < int64(n) {
 		s.forgetReplicas(node) // a replica may have left: count again next time
