@@ -65,14 +65,9 @@ func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
 	for _, f := range opts {
 		f(&o)
 	}
-	if o.threadID < 0 {
-		return nil, fmt.Errorf("%w: thread id %d", ErrInvalidValue, o.threadID)
-	}
+	// core.NewMutex refuses a nil client and a negative thread id.
 	s := core.Of(c)
-	if s == nil {
-		return nil, fmt.Errorf("%w: nil client", ErrInvalidValue)
-	}
-	m, err := core.NewMutex(s, func(k lua.Keys) core.Engine { return engine{s: s, k: k} }, name, o.threadID)
+	m, err := core.NewMutex(s, func(k lua.Keys) core.Engine { return engine{core.ReentrantEngine{S: s, K: k}} }, name, o.threadID)
 	if err != nil {
 		return nil, err
 	}
@@ -197,28 +192,13 @@ func (m *Mutex) Err() error { return m.m.Err() }
 func (m *Mutex) ValidUntil() time.Time { return m.m.ValidUntil() }
 
 // engine is the reentrant lock's engine with fenced_acquire.lua.
-type engine struct {
-	s *core.Session
-	k lua.Keys
-}
+type engine struct{ core.ReentrantEngine }
 
 // Try replies the token in place of the ttl when acquired (core.Engine).
 func (e engine) Try(ctx context.Context, a lua.Args, _ bool) (bool, int64, error) {
-	ok, ttl, token, err := e.s.Scripts.FencedAcquire(ctx, e.s.RDB, e.k, a)
+	ok, ttl, token, err := e.S.Scripts.FencedAcquire(ctx, e.S.RDB, e.K, a)
 	if ok {
 		return true, token, err
 	}
 	return false, ttl, err
 }
-
-func (e engine) GiveUp(context.Context, lua.Args) error { return nil }
-
-func (e engine) Unlock(ctx context.Context, a lua.Args) (lua.UnlockResult, error) {
-	return e.s.Scripts.Unlock(ctx, e.s.RDB, e.k, a)
-}
-
-func (e engine) ForceUnlock(ctx context.Context, a lua.Args) (bool, error) {
-	return e.s.Scripts.ForceUnlock(ctx, e.s.RDB, e.k, a)
-}
-
-func (e engine) WakeChannel(string) string { return e.k.Channel }
