@@ -174,6 +174,9 @@ func TestCanceledWaiterShiftsFollowersAndLeavesNoTrace(t *testing.T) {
 		cancels[1]() // the middle waiter gives up
 		err := <-results[1]
 		assert.True(t, errors.Is(err, fair.ErrCanceled) && errors.Is(err, context.Canceled), "%v", err)
+		// The call returns when its ctx ends; leaving the queue goes on in
+		// the background.
+		e.waitQueued(t, rdb, name, 2)
 
 		order, after := e.queue(t, rdb, name)
 		assert.Equal(t, []string{ms[0].Owner(), ms[2].Owner()}, order)
@@ -289,6 +292,7 @@ func TestNoBusyPollingBehindFreeLock(t *testing.T) {
 		cancel()
 		err := <-res
 		assert.True(t, errors.Is(err, context.Canceled), "%v", err)
+		e.waitQueued(t, rdb, name, 1) // the give-up runs in the background
 		// enqueue, one re-check after subscribing, and the give-up
 		assert.LessOrEqual(t, evals.Load(), int64(4), "script calls while waiting behind a free lock")
 		order, _ := e.queue(t, rdb, name)

@@ -147,7 +147,11 @@ func testContextBoundsCallsOnAStoppedServer(t *testing.T, enforced bool) {
 	srv := redistest.StartT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: enforced})
 	t.Cleanup(func() { _ = rdb.Close() })
-	cleanup := time.Second
+	// A long cleanup timeout: the calls that acquire or read must return
+	// when their ctx ends, not when the give-back of what they abandoned
+	// is done (it goes on in the background); Unlock alone finishes its
+	// release on a fresh context, within the cleanup timeout.
+	cleanup := 5 * time.Second
 	c := newClient(t, rdb, fairlock.WithCleanupTimeout(cleanup))
 	m := newMutex(t, c, "lock")
 	require.NoError(t, rdb.Ping(context.Background()).Err())
@@ -155,7 +159,7 @@ func testContextBoundsCallsOnAStoppedServer(t *testing.T, enforced bool) {
 	t.Cleanup(func() { _ = srv.Resume() })
 
 	const deadline = 300 * time.Millisecond
-	slack := 2 * time.Second // a loaded machine
+	slack := time.Second // a loaded machine; the promise is about 50 ms
 	calls := map[string]func(ctx context.Context) error{
 		"Lock": m.Lock,
 		"TryLock": func(ctx context.Context) error {
@@ -175,21 +179,28 @@ func testContextBoundsCallsOnAStoppedServer(t *testing.T, enforced bool) {
 		took := time.Since(start)
 		cancel()
 		assert.Error(t, err, name)
-		assert.Less(t, took, deadline+cleanup+slack, "%s took %v with a %v deadline", name, took, deadline)
+		bound := deadline + slack
+		if name == "Unlock" {
+			bound += cleanup
+		}
+		assert.Less(t, took, bound, "%s took %v with a %v deadline", name, took, deadline)
 	}
 }
 
 func TestContextBoundsCallsOnARefusedAddress(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = rdb.Close() })
-	cleanup := time.Second
-	m := newMutex(t, newClient(t, rdb, fairlock.WithCleanupTimeout(cleanup)), "lock")
+	m := newMutex(t, newClient(t, rdb, fairlock.WithCleanupTimeout(5*time.Second)), "lock")
 	const deadline = 200 * time.Millisecond
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	start := time.Now()
-	require.Error(t, m.Lock(ctx))
-	assert.Less(t, time.Since(start), deadline+cleanup+2*time.Second)
+	err := m.Lock(ctx)
+	require.Error(t, err)
+	// A refused connection is transient: the wait goes on until its ctx
+	// ends.
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Less(t, time.Since(start), deadline+time.Second)
 }
 
 // Case 3: with Redis stalled, the holder stops believing in its hold before

@@ -117,219 +117,6 @@ func canceled(err error) error { return fmt.Errorf("%w: %w", ErrCanceled, err) }
 
 var errNilCtx = fmt.Errorf("%w: nil context", ErrInvalidValue)
 
-// Acquire acquires the lock as o says. It reports false with a nil error when
-// the wait ran out; a wait ended by ctx returns an error matching both
-// ErrCanceled and ctx.Err(); one ended by Close returns ErrClosed. Whenever
-// it returns without the lock, the owner holds nothing it did not hold
-// before and is no longer queued, or, when Redis cannot be reached, will be
-// taken out of the queue by a background retry as soon as it can.
-func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
-	if ctx == nil {
-		return false, errNilCtx
-	}
-	if o.Lease < 0 || o.Slot < 0 || (o.Wait < 0 && o.Wait != Forever) {
-		return false, fmt.Errorf("%w: lease %v, wait %v, slot %v", ErrInvalidValue, o.Lease, o.Wait, o.Slot)
-	}
-	if o.Lease > 0 && o.Lease < time.Millisecond {
-		return false, fmt.Errorf("%w: lease %v is under 1ms", ErrInvalidValue, o.Lease)
-	}
-	if err := ctx.Err(); err != nil {
-		return false, canceled(err)
-	}
-	if !m.S.begin() {
-		return false, ErrClosed
-	}
-	defer m.S.end()
-	if err := m.settle(ctx); err != nil {
-		return false, canceled(err)
-	}
-	// Calls run on the caller's ctx, and return ErrClosed when the session
-	// closes (callC): a ctx that can never end (context.Background) runs
-	// its calls inline, which is the fast path of both the uncontended
-	// acquisition and the waiter's attempt after a wake-up (call.go).
-	userCtx := ctx
-	closing := m.S.closeCtx.Done()
-
-	cfg := &m.S.Config
-	a := lua.Args{
-		Owner:     m.Owner,
-		WaitMs:    cfg.WaitSlot.Milliseconds(),
-		GraceMs:   m.S.GraceMs(),
-		PubCmd:    m.S.PubCmd(),
-		AcquireID: RequestID(),
-		LatchMs:   cfg.LatchTTL.Milliseconds(),
-	}
-	if o.Slot > 0 {
-		a.WaitMs = max(1, o.Slot.Milliseconds())
-	}
-	var deadline time.Time
-	if o.Wait >= 0 {
-		deadline = time.Now().Add(o.Wait)
-	}
-	expired := func() bool { return !deadline.IsZero() && !time.Now().Before(deadline) }
-	// suspect: an attempt may have left a copy of the request that reaches
-	// Redis later (it failed, or lasted long enough for go-redis to time
-	// out and resend). Leaving without the lock then voids the request.
-	suspect := false
-
-	attempt := func() (bool, int64, error) {
-		a.NowMs = m.S.WallMs()
-		var watchdogKept bool
-		a.LeaseMs, watchdogKept = m.leaseFor(o.Lease)
-		sent := time.Now()
-		args := a // the call may outlive this attempt: it gets its own copy
-		ok, ttl, err := call2(ctx, m.S.inline(ctx), closing, func(ctx context.Context) (bool, int64, error) { return m.E.Try(ctx, args, o.Queue) })
-		if (err != nil && !isScriptError(err)) || time.Since(sent) >= m.S.resendAfter {
-			suspect = true
-		}
-		if err != nil && !isScriptError(err) {
-			m.S.connError()
-		}
-		if errors.Is(err, lua.ErrGrantOver) {
-			// An earlier copy of this request was granted and that hold
-			// is already over: nothing to undo; go on with a new id.
-			a.AcquireID = RequestID()
-			return false, 0, nil
-		}
-		if err != nil || !ok {
-			return false, ttl, err
-		}
-		// Replica acknowledgement (replicas.go): an error here is
-		// handled as an ambiguous attempt, whose cleanup undoes the hold.
-		if err := callErr(ctx, m.S.inline(ctx), closing, func(ctx context.Context) error {
-			return m.S.ConfirmAcquire(ctx, m.Keys.Name, m.Owner)
-		}); errors.Is(err, errLostDuringAck) {
-			// The hold is gone already: nothing to give back. Go on with
-			// a new request id (this one's latch says granted).
-			a.AcquireID = RequestID()
-			return false, 0, nil
-		} else if err != nil {
-			suspect = true // the request holds the lock: leaving gives it back
-			return false, 0, err
-		}
-		if !time.Now().Before(validity(sent, a.LeaseMs)) {
-			// The lease ran out before the reply was in hand (a slow
-			// network, a long replica wait): give the hold back and go on
-			// with a new request id.
-			m.undo(a)
-			a.AcquireID = RequestID()
-			suspect = false
-			return false, 0, nil
-		}
-		if !m.granted(sent, a.LeaseMs, watchdogKept) {
-			m.undo(a) // closed meanwhile
-			return false, 0, ErrClosed
-		}
-		if o.Token != nil {
-			*o.Token = ttl
-		}
-		return true, 0, nil
-	}
-	// During a slot migration Redis refuses multi-key scripts with TRYAGAIN
-	// (nothing ran): try again until the wait or ctx ends.
-	attemptRetrying := func() (bool, int64, error) {
-		backoff := 20 * time.Millisecond
-		for {
-			ok, ttl, err := attempt()
-			if !isTryAgain(err) || expired() {
-				return ok, ttl, err
-			}
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return false, 0, err
-			case <-closing:
-				t.Stop()
-				return false, 0, ErrClosed
-			}
-			backoff = min(2*backoff, 500*time.Millisecond)
-		}
-	}
-	giveUp := func(err error) (bool, error) {
-		m.cleanup(a, o.Queue, suspect, o.Slot)
-		switch {
-		case errors.Is(err, ErrClosed) || (userCtx.Err() == nil && m.S.Closed()):
-			return false, ErrClosed
-		case userCtx.Err() != nil && err != nil:
-			return false, fmt.Errorf("%w: %w", canceled(userCtx.Err()), err)
-		case userCtx.Err() != nil:
-			return false, canceled(userCtx.Err())
-		case err != nil:
-			return false, fmt.Errorf("fairlock: acquire %q: %w", m.Keys.Name, err)
-		}
-		return false, nil
-	}
-
-	ok, ttl, err := attemptRetrying()
-	if err != nil {
-		return giveUp(err)
-	}
-	if ok {
-		return true, nil
-	}
-	if expired() {
-		return giveUp(nil)
-	}
-	subCtx, unbind := m.S.bind(ctx) // Close ends the subscription
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		subCtx, cancel = context.WithDeadline(subCtx, deadline)
-		defer cancel()
-	}
-	w, err := m.S.Hub.Subscribe(subCtx, m.E.WakeChannel(m.Owner))
-	unbind()
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return giveUp(nil) // the wait ran out while subscribing
-		}
-		if ctx.Err() != nil || m.S.Closed() {
-			return giveUp(nil)
-		}
-		return giveUp(fmt.Errorf("subscribe: %w", err))
-	}
-	defer w.Close()
-
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		ok, ttl, err = attemptRetrying()
-		if err != nil {
-			return giveUp(err)
-		}
-		if ok {
-			return true, nil
-		}
-		if expired() {
-			return giveUp(nil)
-		}
-		// Sleep until a wake-up, or until the lock's lease (or, queued
-		// behind a free lock, the head's deadline) runs out: a message
-		// can be missed. ttl < 0 means a lock with no expiry: only a
-		// message frees it, but re-check once a lease anyway.
-		// A reply beyond any sensible wait (a corrupted deadline) is
-		// clamped: at most the longer of the lease and the slot.
-		longest := max(cfg.Lease, cfg.WaitSlot, o.Slot)
-		sleep := time.Duration(min(ttl, longest.Milliseconds())) * time.Millisecond
-		if ttl < 0 {
-			sleep = cfg.Lease
-		}
-		if !deadline.IsZero() {
-			sleep = min(sleep, time.Until(deadline))
-		}
-		timer.Reset(max(sleep, 0))
-		select {
-		case <-w.C():
-		case <-timer.C:
-		case <-ctx.Done():
-			return giveUp(nil)
-		case <-closing:
-			return giveUp(nil)
-		}
-	}
-}
-
 // settle waits until the give-backs of this handle's abandoned requests are
 // done (see cleanup), or ctx ends.
 func (m *Mutex) settle(ctx context.Context) error {
@@ -361,22 +148,44 @@ func (m *Mutex) settle(ctx context.Context) error {
 }
 
 // leaseFor is the lease to send with an acquisition asked with lease
-// (0: the watchdog's), and whether the watchdog keeps the hold. Re-entering
-// a watchdog-kept hold with a shorter explicit lease keeps the watchdog
-// lease: a re-entry never shortens the key's TTL under the watchdog.
+// (0: the watchdog's), and whether the watchdog keeps the hold. A re-entry
+// of a watchdog-kept hold sends the watchdog lease whatever lease it asks
+// for: the watchdog keeps the hold until its last release anyway, and its
+// next renewal would set the watchdog lease again, so a longer lease would
+// only make the holder believe in a validity the key does not have, and a
+// shorter one would cut the key's TTL under the watchdog.
 func (m *Mutex) leaseFor(lease time.Duration) (int64, bool) {
 	wd := m.S.Config.Lease.Milliseconds()
 	if lease == 0 {
 		return wd, true
 	}
-	ms := lease.Milliseconds()
 	m.mu.Lock()
 	kept := m.cur != nil && m.cur.watchdog
 	m.mu.Unlock()
-	if kept && ms < wd {
+	if kept {
 		return wd, false
 	}
-	return ms, false
+	return lease.Milliseconds(), false
+}
+
+// bound is told that an acquisition with lease leaseMs is being sent at
+// sent: if it re-enters the current hold, Redis sets the key's TTL to that
+// lease, whether or not the reply comes back, so the hold is valid no
+// longer than sent + lease (less the drift) from now on. A reply that comes
+// back sets the validity anew (granted).
+func (m *Mutex) bound(sent time.Time, leaseMs int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.cur
+	if h == nil {
+		return
+	}
+	if v := validity(sent, leaseMs); v.Before(h.validUntil) {
+		h.validUntil = v
+		if h.timer != nil {
+			h.timer.Reset(time.Until(v))
+		}
+	}
 }
 
 // cleanup runs after a failed acquisition, on a fresh context bounded by
@@ -386,7 +195,7 @@ func (m *Mutex) leaseFor(lease time.Duration) (int64, bool) {
 // owner may be queued, it leaves the queue. What cannot be done now (Redis
 // unreachable) is retried in the background until it is done, or until the
 // waiter's slot has run out and it would be pruned anyway.
-func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
+func (m *Mutex) cleanup(ctx context.Context, a lua.Args, queued, suspect bool, slot time.Duration) {
 	if !queued && !suspect {
 		return
 	}
@@ -404,23 +213,25 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 			held, err := call(ctx, func(ctx context.Context) (bool, error) {
 				return m.S.Scripts.Abandon(ctx, m.S.RDB, m.Keys, a)
 			})
-			if err != nil {
+			if err != nil && !permanent(err) {
 				return err
 			}
-			undone, needUnlock = true, held
+			// A permanent error (a key of another type) is not retried:
+			// no try could do better.
+			undone, needUnlock = true, held && err == nil
 		}
 		if needUnlock {
 			unlockArgs.NowMs = m.S.WallMs()
 			ua := unlockArgs
 			if _, err := call(ctx, func(ctx context.Context) (lua.UnlockResult, error) {
 				return m.E.Unlock(ctx, ua)
-			}); err != nil && !isScriptError(err) {
+			}); err != nil && !permanent(err) {
 				return err
 			}
 			needUnlock = false
 		}
 		if !left {
-			if err := callErr(ctx, ctx.Done() == nil, nil, func(ctx context.Context) error { return m.E.GiveUp(ctx, a) }); err != nil {
+			if err := callErr(ctx, ctx.Done() == nil, nil, func(ctx context.Context) error { return m.E.GiveUp(ctx, a) }); err != nil && !permanent(err) {
 				return err
 			}
 			left = true
@@ -442,17 +253,24 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 		m.settling = append(m.settling, done)
 		m.mu.Unlock()
 	}
+	// The caller waits for it at most CleanupTime, and not past its ctx:
+	// a call returns when its ctx ends, the give-back goes on.
+	var ended <-chan struct{}
+	if ctx != nil {
+		ended = ctx.Done()
+	}
 	t := time.NewTimer(cfg.CleanupTime)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
+	case <-ended:
 	}
 }
 
 // undo gives back a hold the request a took (it holds the lock now, or may):
 // the request is voided and one hold released, bounded by CleanupTime.
-func (m *Mutex) undo(a lua.Args) { m.cleanup(a, false, true, 0) }
+func (m *Mutex) undo(a lua.Args) { m.cleanup(nil, a, false, true, 0) }
 
 func (m *Mutex) unlockArgs(leaseMs int64) lua.Args {
 	return lua.Args{
@@ -511,6 +329,38 @@ func (h *hold) expire() {
 		why = "no renewal was confirmed before its lease ran out"
 	}
 	m.endLocked(h, fmt.Errorf("%w: %q: %s", ErrLost, m.Keys.Name, why))
+	m.giveBackLocked(h.leaseMs)
+}
+
+// giveBackLocked runs after a hold ended as lost on the local clock while
+// its owner's field may still be in Redis (a renewal whose reply came late
+// kept it): the owner gave the hold up, so its field is released in the
+// background, every count of it, or the handle's next acquisition would
+// re-enter it (Redis count 2, local count 1) and its one Unlock would leave
+// the lock held. That next acquisition waits for the give-back (settle).
+// A renewal that lands later finds no field and does nothing.
+func (m *Mutex) giveBackLocked(leaseMs int64) {
+	cfg := &m.S.Config
+	a := m.unlockArgs(leaseMs)
+	const most = 1 << 16 // counts released at most: a bound, not a limit met in practice
+	n := 0
+	work := func(ctx context.Context) error {
+		for ; n < most; n++ {
+			a.NowMs = m.S.WallMs()
+			ua := a
+			res, err := call(ctx, func(ctx context.Context) (lua.UnlockResult, error) { return m.E.Unlock(ctx, ua) })
+			if err != nil && !permanent(err) {
+				return err // sent again with the same request id: its latch makes it count once
+			}
+			if err != nil || res != lua.StillHeld {
+				return nil
+			}
+			a.RequestID = RequestID()
+		}
+		return nil
+	}
+	done := m.S.runCleanup(time.Now().Add(max(cfg.Lease, cfg.LatchTTL)), false, work)
+	m.settling = append(m.settling, done)
 }
 
 // Renewed is the watchdog's report that a renewal sent at sent was confirmed.

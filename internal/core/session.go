@@ -445,3 +445,18 @@ func Of(client any) *Session {
 
 // ThreadLabel formats a thread id for messages.
 func ThreadLabel(id int64) string { return strconv.FormatInt(id, 10) }
+
+// reassert sets the lease of owner's hold on lock name again (the renewal
+// script of the hold's watchdog kind, with leaseMs): held reports whether
+// owner still held it.
+func (s *Session) reassert(ctx context.Context, kind watchdog.Kind, name, owner string, leaseMs int64) (bool, error) {
+	renew := s.Scripts.RenewEach
+	if kind == KindRW {
+		renew = s.Scripts.RWRenewEach
+	}
+	st, err := renew(ctx, s.RDB, []string{name}, []string{owner}, leaseMs)
+	if err != nil {
+		return false, err
+	}
+	return len(st) == 1 && st[0] == lua.RenewOK, nil
+}

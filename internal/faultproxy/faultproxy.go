@@ -117,6 +117,14 @@ func (p *Proxy) Stall() (undo func()) {
 	return p.add("latency", "upstream", `"latency":3600000`)
 }
 
+// StallReplies holds back every byte Redis sends until undo is called;
+// commands still reach Redis and run. To the client it looks like replies
+// that come late (a renewal that kept the key alive but whose reply came
+// after the holder stopped believing in its hold).
+func (p *Proxy) StallReplies() (undo func()) {
+	return p.add("latency", "downstream", `"latency":3600000`)
+}
+
 // BlackHole drops every byte in both directions until undo is called;
 // connections stay open meanwhile. Undo closes the connections that were
 // black-holed (Toxiproxy's timeout toxic closes them on removal), so to the

@@ -1,0 +1,385 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/fairlock-go/fairlock/internal/pubsub"
+	"github.com/fairlock-go/fairlock/lua"
+)
+
+// Acquire acquires the lock as o says. It reports false with a nil error when
+// the wait ran out; a wait ended by ctx returns an error matching both
+// ErrCanceled and ctx.Err(); one ended by Close returns ErrClosed.
+//
+// A Redis call that fails with a transient error (transient.go: a timeout,
+// a reset or refused connection, LOADING, TRYAGAIN, CLUSTERDOWN, READONLY,
+// MASTERDOWN, BUSY) is part of waiting: it is sent again with capped,
+// jittered backoff, with the same request id, so the waiter keeps its queue
+// place, until the wait or ctx ends. Only the end of the wait, a permanent
+// error or Close ends the call; its error then wraps the last Redis error.
+//
+// It returns as soon as ctx ends (its calls run bounded by ctx, call.go).
+// Whenever it returns without the lock, the owner holds nothing it did not
+// hold before and is no longer queued, or will not be once the give-back
+// that then runs in the background is done: the handle's next acquisition
+// waits for it, and Close waits for it (bounded by CleanupTime).
+func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
+	if ctx == nil {
+		return false, errNilCtx
+	}
+	if o.Lease < 0 || o.Slot < 0 || (o.Wait < 0 && o.Wait != Forever) {
+		return false, fmt.Errorf("%w: lease %v, wait %v, slot %v", ErrInvalidValue, o.Lease, o.Wait, o.Slot)
+	}
+	if o.Lease > 0 && o.Lease < MinLease {
+		return false, fmt.Errorf("%w: lease %v is under %v: no reply comes back within it", ErrInvalidValue, o.Lease, MinLease)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, canceled(err)
+	}
+	if !m.S.begin() {
+		return false, ErrClosed
+	}
+	defer m.S.end()
+	if err := m.settle(ctx); err != nil {
+		return false, canceled(err)
+	}
+	q := m.newAcquisition(ctx, o)
+	ok, ttl, err := q.try()
+	if err != nil || ok {
+		return q.result(ok, err)
+	}
+	if q.expired() {
+		return q.giveUp(nil)
+	}
+	w, err := q.subscribe()
+	if err != nil || w == nil {
+		return q.giveUp(err)
+	}
+	defer w.Close()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		ok, ttl, err = q.try()
+		if err != nil || ok {
+			return q.result(ok, err)
+		}
+		if q.expired() {
+			return q.giveUp(nil)
+		}
+		timer.Reset(q.sleepFor(ttl))
+		select {
+		case <-w.C():
+		case <-timer.C:
+		case <-ctx.Done():
+			return q.giveUp(nil)
+		case <-q.closing:
+			return q.giveUp(nil)
+		}
+	}
+}
+
+// MinLease is the shortest explicit lease an acquisition accepts: a shorter
+// one runs out before any reply can come back (the validity takes a drift
+// margin of 1% + 2 ms off every lease).
+const MinLease = 10 * time.Millisecond
+
+// Retry backoff after a transient error: doubled from retryMin up to
+// retryMax, each sleep a random 50-100% of it.
+const (
+	retryMin = 25 * time.Millisecond
+	retryMax = time.Second
+)
+
+// acquisition is one Acquire call: its request (one request id while its
+// copies may reach Redis) and the state of its wait.
+type acquisition struct {
+	m        *Mutex
+	ctx      context.Context
+	closing  <-chan struct{}
+	o        AcquireOpts
+	a        lua.Args
+	deadline time.Time // zero: wait until ctx ends
+
+	// suspect: an attempt may have left a copy of the request that reaches
+	// Redis later (it failed, or lasted long enough for go-redis to time
+	// out and resend). Leaving without the lock then voids the request.
+	suspect bool
+	// ambSince is the send time of the earliest attempt of this request id
+	// whose outcome is unknown (zero: none). A copy of it may have taken
+	// the lock when it reached Redis, no earlier than it was sent, and a
+	// later attempt then gets that grant back from the latch: its validity
+	// counts from here, not from the later send.
+	ambSince time.Time
+	late     int   // replies that came after the lease they were sent with
+	lastErr  error // the last transient Redis error
+}
+
+func (m *Mutex) newAcquisition(ctx context.Context, o AcquireOpts) *acquisition {
+	cfg := &m.S.Config
+	q := &acquisition{
+		m: m, ctx: ctx, o: o,
+		closing: m.S.closeCtx.Done(),
+		a: lua.Args{
+			Owner:     m.Owner,
+			WaitMs:    cfg.WaitSlot.Milliseconds(),
+			GraceMs:   m.S.GraceMs(),
+			PubCmd:    m.S.PubCmd(),
+			AcquireID: RequestID(),
+			LatchMs:   cfg.LatchTTL.Milliseconds(),
+		},
+	}
+	if o.Slot > 0 {
+		q.a.WaitMs = max(1, o.Slot.Milliseconds())
+	}
+	if o.Wait >= 0 {
+		q.deadline = time.Now().Add(o.Wait)
+	}
+	return q
+}
+
+func (q *acquisition) expired() bool {
+	return !q.deadline.IsZero() && !time.Now().Before(q.deadline)
+}
+
+// newRequest starts a new request id: the earlier one's copies can no
+// longer take the lock (its grant is over, or it was voided).
+func (q *acquisition) newRequest() {
+	q.a.AcquireID = RequestID()
+	q.ambSince = time.Time{}
+}
+
+// try makes attempts until one gets a definite answer: sent again after a
+// transient error, with backoff, while the wait and ctx last.
+func (q *acquisition) try() (bool, int64, error) {
+	backoff := retryMin
+	for {
+		ok, ttl, err := q.attempt()
+		if err == nil {
+			q.lastErr = nil // a definite answer: Redis is reachable
+		}
+		if err == nil || !transient(err) || q.expired() {
+			return ok, ttl, err
+		}
+		q.lastErr = err
+		if !q.pause(backoff/2 + rand.N(backoff/2+1)) {
+			return false, 0, err
+		}
+		backoff = min(2*backoff, retryMax)
+	}
+}
+
+// pause sleeps d, at most until the wait's deadline; false when ctx ended
+// or the session closed first.
+func (q *acquisition) pause(d time.Duration) bool {
+	if !q.deadline.IsZero() {
+		d = min(d, time.Until(q.deadline))
+	}
+	t := time.NewTimer(max(d, 0))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-q.ctx.Done():
+	case <-q.closing:
+	}
+	return false
+}
+
+// attempt sends the request once. Acquired, it waits for a replica's
+// acknowledgement and starts (or adds to) the hold.
+func (q *acquisition) attempt() (bool, int64, error) {
+	m := q.m
+	q.a.NowMs = m.S.WallMs()
+	leaseMs, kept := m.leaseFor(q.o.Lease)
+	q.a.LeaseMs = leaseMs
+	sent := time.Now()
+	// A re-entry sets the key's TTL to its lease whether or not its reply
+	// comes back: the current hold is valid no longer than that.
+	m.bound(sent, leaseMs)
+	args := q.a // the call may outlive this attempt: it gets its own copy
+	ok, ttl, err := call2(q.ctx, m.S.inline(q.ctx), q.closing, func(ctx context.Context) (bool, int64, error) {
+		return m.E.Try(ctx, args, q.o.Queue)
+	})
+	if (err != nil && !isScriptError(err)) || time.Since(sent) >= m.S.resendAfter {
+		q.suspect = true
+		if q.ambSince.IsZero() {
+			q.ambSince = sent
+		}
+	}
+	if err != nil && !isScriptError(err) {
+		m.S.connError()
+	}
+	if errors.Is(err, lua.ErrGrantOver) {
+		// An earlier copy of this request was granted and that hold is
+		// already over: nothing to undo; go on with a new id.
+		q.newRequest()
+		return false, 0, nil
+	}
+	if err != nil || !ok {
+		return false, ttl, err
+	}
+	from := sent
+	if !q.ambSince.IsZero() && q.ambSince.Before(sent) {
+		from = q.ambSince
+	}
+	if err := q.confirm(); err != nil || q.a.AcquireID != args.AcquireID {
+		return false, 0, err
+	}
+	if !time.Now().Before(validity(from, leaseMs)) {
+		return q.lateReply(ttl, kept)
+	}
+	return q.start(from, ttl, kept)
+}
+
+// confirm waits for a replica's acknowledgement of the acquisition
+// (replicas.go). An error is handled as an ambiguous attempt, whose cleanup
+// undoes the hold; a hold found gone is not an error: the acquisition goes
+// on with a new request id (this one's latch says granted).
+func (q *acquisition) confirm() error {
+	m := q.m
+	err := callErr(q.ctx, m.S.inline(q.ctx), q.closing, func(ctx context.Context) error {
+		return m.S.ConfirmAcquire(ctx, m.Keys.Name, m.Owner)
+	})
+	switch {
+	case errors.Is(err, errLostDuringAck):
+		q.newRequest()
+		return nil
+	case err != nil:
+		q.suspect = true // the request holds the lock: leaving gives it back
+		return err
+	}
+	return nil
+}
+
+// start records the acquisition as a hold valid from from.
+func (q *acquisition) start(from time.Time, token int64, kept bool) (bool, int64, error) {
+	m := q.m
+	if !m.granted(from, q.a.LeaseMs, kept) {
+		m.undo(q.a) // closed meanwhile
+		return false, 0, ErrClosed
+	}
+	if q.o.Token != nil {
+		*q.o.Token = token
+	}
+	q.late = 0
+	return true, 0, nil
+}
+
+// lateReply handles a grant whose reply came after its lease (counted from
+// its send) ran out: the hold may still be in Redis, but its validity
+// cannot be vouched for. The lease is set again by a renewal, and the hold
+// counts from that renewal's send, so the waiter keeps the turn it was
+// given. When the renewal's reply is late too, the lease is shorter than a
+// round trip: the hold is given back, and a second time in one call ends it
+// with an error (a 1 ms lease would otherwise take and give back the lock
+// for ever).
+func (q *acquisition) lateReply(token int64, kept bool) (bool, int64, error) {
+	m := q.m
+	q.late++
+	if q.late == 1 {
+		sent := time.Now()
+		held, err := callC(q.ctx, m.S.inline(q.ctx), q.closing, func(ctx context.Context) (bool, error) {
+			return m.S.reassert(ctx, m.WatchKind, m.Keys.Name, m.Owner, q.a.LeaseMs)
+		})
+		switch {
+		case err == nil && held && time.Now().Before(validity(sent, q.a.LeaseMs)):
+			return q.start(sent, token, kept)
+		case err == nil && !held:
+			q.newRequest() // gone already: nothing to give back
+			q.suspect = false
+			return false, 0, nil
+		}
+	}
+	m.undo(q.a)
+	q.newRequest()
+	q.suspect = false
+	if q.late >= 2 {
+		return false, 0, fmt.Errorf("%w: the lease %v ran out twice before Redis's reply came back", ErrInvalidValue,
+			time.Duration(q.a.LeaseMs)*time.Millisecond)
+	}
+	return false, 0, nil
+}
+
+// subscribe starts listening for wake-ups, retrying transient errors like an
+// attempt. A nil waiter with a nil error: the wait ran out meanwhile.
+func (q *acquisition) subscribe() (*pubsub.Waiter, error) {
+	m := q.m
+	backoff := retryMin
+	for {
+		subCtx, unbind := m.S.bind(q.ctx) // Close ends the subscription
+		if !q.deadline.IsZero() {
+			var cancel context.CancelFunc
+			subCtx, cancel = context.WithDeadline(subCtx, q.deadline)
+			defer cancel()
+		}
+		w, err := m.S.Hub.Subscribe(subCtx, m.E.WakeChannel(m.Owner))
+		unbind()
+		switch {
+		case err == nil:
+			return w, nil
+		case q.ctx.Err() != nil || m.S.Closed() || q.expired():
+			return nil, nil // the wait ran out, or ctx or Close ended it
+		case !transient(err):
+			return nil, fmt.Errorf("subscribe: %w", err)
+		}
+		q.lastErr = err
+		if !q.pause(backoff/2 + rand.N(backoff/2+1)) {
+			return nil, nil
+		}
+		backoff = min(2*backoff, retryMax)
+	}
+}
+
+// sleepFor is how long to sleep before the next attempt when no wake-up
+// comes: until the lock's lease (or, queued behind a free lock, the head's
+// deadline) runs out, since a message can be missed. ttl < 0 means a lock
+// with no expiry: only a message frees it, but re-check once a lease anyway.
+// A reply beyond any sensible wait (a corrupted deadline) is clamped: at
+// most the longer of the lease and the slot.
+func (q *acquisition) sleepFor(ttl int64) time.Duration {
+	cfg := &q.m.S.Config
+	longest := max(cfg.Lease, cfg.WaitSlot, q.o.Slot)
+	sleep := time.Duration(min(ttl, longest.Milliseconds())) * time.Millisecond
+	if ttl < 0 {
+		sleep = cfg.Lease
+	}
+	if !q.deadline.IsZero() {
+		sleep = min(sleep, time.Until(q.deadline))
+	}
+	return max(sleep, 0)
+}
+
+// result ends the call after an attempt that acquired or failed.
+func (q *acquisition) result(ok bool, err error) (bool, error) {
+	if err != nil {
+		return q.giveUp(err)
+	}
+	return ok, nil
+}
+
+// giveUp ends the call without the lock: the request is voided and the queue
+// left (cleanup), then the error says why (err: the last error, nil when
+// the wait ran out or ctx or Close ended it).
+func (q *acquisition) giveUp(err error) (bool, error) {
+	m := q.m
+	m.cleanup(q.ctx, q.a, q.o.Queue, q.suspect, q.o.Slot)
+	if err == nil || errors.Is(err, q.ctx.Err()) {
+		err = q.lastErr // a wait that ended during a Redis outage says so
+	}
+	userErr := q.ctx.Err()
+	switch {
+	case errors.Is(err, ErrClosed) || (userErr == nil && m.S.Closed()):
+		return false, ErrClosed
+	case userErr != nil && err != nil:
+		return false, fmt.Errorf("%w: %w", canceled(userErr), err)
+	case userErr != nil:
+		return false, canceled(userErr)
+	case err != nil:
+		return false, fmt.Errorf("fairlock: acquire %q: %w", m.Keys.Name, err)
+	}
+	return false, nil
+}
