@@ -437,7 +437,30 @@ func (cm *clientMachine) cancelWait(t *rapid.T) {
 	case <-time.After(clientPatience):
 		cm.fatalf(t, "cancelled %s did not return within %v", a.label, clientPatience)
 	}
+	// The call returns when its ctx ends; leaving the queue goes on in the
+	// background (the handle's next acquisition waits for it).
+	if !a.granted && !cm.timed {
+		cm.awaitLeft(t, a)
+	}
 	cm.sync(t)
+}
+
+// awaitLeft waits until a's owner is no longer queued in Redis.
+func (cm *clientMachine) awaitLeft(t *rapid.T, a *attempt) {
+	deadline := time.Now().Add(clientPatience)
+	for {
+		r, err := inspect.Read(cm.ctx, cm.rdb, cm.name, time.Now())
+		if err != nil {
+			t.Fatalf("inspect: %v", err)
+		}
+		if !slices.ContainsFunc(r.Queue, func(w inspect.Waiter) bool { return w.Owner == a.owner }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			cm.fatalf(t, "cancelled %s still queued %v after its call returned", a.label, clientPatience)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // dead queues a waiter whose client then dies: one call of the engine's

@@ -245,14 +245,13 @@ func (m *Mutex) cleanup(ctx context.Context, a lua.Args, queued, suspect bool, s
 	// CleanupTime: a call still in flight then is not abandoned and sent
 	// again, it goes on (a slow network costs its round trips once).
 	done := m.S.runCleanup(time.Now().Add(max(slot, cfg.Lease, cfg.LatchTTL)), !queued, work)
-	if suspect {
-		// Until it is settled, this handle's next acquisitions wait: a hold
-		// a copy took must be given back before the handle can hold anew,
-		// or the give-back could release the new hold instead.
-		m.mu.Lock()
-		m.settling = append(m.settling, done)
-		m.mu.Unlock()
-	}
+	// Until it is settled, this handle's next acquisitions wait: a hold a
+	// copy took must be given back before the handle can hold anew, or the
+	// give-back could release the new hold instead; and a queue place left
+	// late would be the new wait's, of the same owner.
+	m.mu.Lock()
+	m.settling = append(m.settling, done)
+	m.mu.Unlock()
 	// The caller waits for it at most CleanupTime, and not past its ctx:
 	// a call returns when its ctx ends, the give-back goes on.
 	var ended <-chan struct{}
@@ -329,7 +328,7 @@ func (h *hold) expire() {
 		why = "no renewal was confirmed before its lease ran out"
 	}
 	m.endLocked(h, fmt.Errorf("%w: %q: %s", ErrLost, m.Keys.Name, why))
-	m.giveBackLocked(h.leaseMs)
+	m.giveBackLocked(h.leaseMs, h.validUntil.Add(Drift(time.Duration(h.leaseMs)*time.Millisecond)))
 }
 
 // giveBackLocked runs after a hold ended as lost on the local clock while
@@ -339,12 +338,26 @@ func (h *hold) expire() {
 // re-enter it (Redis count 2, local count 1) and its one Unlock would leave
 // the lock held. That next acquisition waits for the give-back (settle).
 // A renewal that lands later finds no field and does nothing.
-func (m *Mutex) giveBackLocked(leaseMs int64) {
+//
+// The give-back starts at from, when the lease last sent has run out on
+// the local clock (the validity, which takes the drift off, ended before):
+// a hold whose lease simply ran out is not released before its lease, as
+// Redis would not have expired it sooner.
+func (m *Mutex) giveBackLocked(leaseMs int64, from time.Time) {
 	cfg := &m.S.Config
 	a := m.unlockArgs(leaseMs)
 	const most = 1 << 16 // counts released at most: a bound, not a limit met in practice
 	n := 0
 	work := func(ctx context.Context) error {
+		if d := time.Until(from); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		}
 		for ; n < most; n++ {
 			a.NowMs = m.S.WallMs()
 			ua := a
