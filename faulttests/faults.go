@@ -93,6 +93,47 @@ func (e *Env) ClientPause(dur time.Duration) {
 	e.H.EndFault(i)
 }
 
+// Issue 19's faults: server-wide, and unlike CLIENT PAUSE ALL and SIGSTOP
+// they do not excuse the FIFO order (breaksOrder is false): a waiter that is
+// alive and only cut off from Redis for a while must keep its place.
+const (
+	FPauseWrite FaultKind = "client-pause-write" // server: CLIENT PAUSE WRITE (scripts held back)
+	FStallAll   FaultKind = "stall-all"          // every client: requests held back, then delivered
+)
+
+// PauseWrite runs CLIENT PAUSE WRITE for dur on every primary, then
+// CLIENT UNPAUSE.
+func (e *Env) PauseWrite(dur time.Duration) {
+	i := e.record(FPauseWrite, nil, fmt.Sprintf("(CLIENT PAUSE %d WRITE)", dur.Milliseconds()))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	for _, p := range e.primaries() {
+		_ = p.Do(ctx, "client", "pause", (dur + 10*time.Second).Milliseconds(), "write").Err()
+	}
+	cancel()
+	time.Sleep(dur)
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	for _, p := range e.primaries() {
+		_ = p.Do(ctx, "client", "unpause").Err()
+	}
+	cancel()
+	e.H.EndFault(i)
+}
+
+// StallAll holds back everything every client sends for dur, then
+// delivers it (one server-wide fault in the history).
+func (e *Env) StallAll(dur time.Duration) {
+	i := e.record(FStallAll, nil, fmt.Sprintf("(%v, every client)", dur))
+	var undo []func()
+	for _, c := range e.Clients() {
+		undo = append(undo, c.Net.Stall())
+	}
+	time.Sleep(dur)
+	for _, u := range undo {
+		u()
+	}
+	e.H.EndFault(i)
+}
+
 // SigStop stops the single server's process for dur (SIGSTOP, SIGCONT).
 func (e *Env) SigStop(dur time.Duration) {
 	i := e.record(FSigStop, nil, fmt.Sprintf("(%v)", dur))

@@ -47,7 +47,7 @@ const (
 // global reports a fault that hits every client.
 func (k FaultKind) global() bool {
 	switch k {
-	case FPubSubKill, FClientPause, FSigStop, FRestart, FFailover:
+	case FPubSubKill, FClientPause, FSigStop, FRestart, FFailover, FPauseWrite, FStallAll:
 		return true
 	}
 	return false

@@ -23,11 +23,25 @@
 -- itself. It is only valid while the lock is free and its owner is the
 -- head: any script that finds otherwise deletes it.
 --
+-- Two graces before a prune (issue 19). A grace can run out while the head
+-- could not act: the server refused writes (CLIENT PAUSE WRITE) or was
+-- stopped, or the head's link to Redis stalled, and the head's attempt,
+-- held back, would then land after a follower's that pruned it. So a grace
+-- that ran out does not prune by itself: whoever next finds it run out (the
+-- lock still free, the same head) starts the head's second grace, the key
+-- holding '+' .. owner, and wakes the head. The second grace thus starts at
+-- a moment the server demonstrably runs scripts and publishes the head's
+-- wake-up; only when it too runs out is the head pruned. An owner id is
+-- '<uuid>:<thread>' and never starts with '+'.
+--
 -- Rules every script applies (see docs/design.md, "Fair lock"):
 --   - never prune the caller: a caller is alive by definition;
---   - prune dead heads: no deadline (H1), a deadline at or before now, or a
---     head grace that ran out while the lock is free;
---   - whoever finds the lock free with a head that has no grace starts it
+--   - prune dead heads: no deadline (H1), a deadline at or before now (only
+--     when the caller's grace is off), or a second head grace that ran out
+--     while the lock is free (any grace that ran out when the caller's grace
+--     is off);
+--   - whoever finds the lock free with a head that has no grace starts it,
+--     and whoever finds the head's first grace run out starts its second
 --     (if its own grace setting is on);
 --   - wake-ups: a waiter that moves into the first or second place of the
 --     queue is woken, and the first two are woken when the lock becomes
@@ -50,11 +64,12 @@ local function fair_init(lock, queue, timeouts, squeue, channel, grace_key, pubc
 end
 
 -- Reads repeated within one script are cached: whether the lock is free
--- (FREE) and the grace key (GRACE_OWNER, GRACE_LEFT, valid when GRACE_READ);
+-- (FREE) and the grace key (GRACE_OWNER, GRACE_LEFT, GRACE_SECOND, valid
+-- when GRACE_READ);
 -- every write to the lock hash or the grace key in these scripts sets or
 -- clears them. Time does not move within a script, so a cached PTTL stays
 -- right.
-local FREE, GRACE_READ, GRACE_OWNER, GRACE_LEFT
+local FREE, GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND
 
 local function lock_free()
     if FREE == nil then
@@ -90,28 +105,42 @@ local function begin()
     return head, head, second
 end
 
--- The grace key: its owner and the milliseconds of grace left (0 or less:
--- ran out), or nil. A key that is not ours (wrong type, no expiry) is
--- deleted.
+-- The grace key: its owner, the milliseconds of grace left (0 or less:
+-- ran out) and whether it is the owner's second grace, or nil. A key that
+-- is not ours (wrong type, no expiry) is deleted.
 local function grace_read()
     if GRACE_READ then
-        return GRACE_OWNER, GRACE_LEFT
+        return GRACE_OWNER, GRACE_LEFT, GRACE_SECOND
     end
-    GRACE_READ, GRACE_OWNER, GRACE_LEFT = true, nil, nil
+    GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND = true, nil, nil, nil
     local owner = redis.pcall('get', GRACE)
     if type(owner) ~= 'string' then
         if type(owner) == 'table' then
             redis.call('del', GRACE)
         end
-        return nil, nil
+        return nil, nil, nil
     end
     local pttl = redis.call('pttl', GRACE)
     if pttl < 0 then
         redis.call('del', GRACE)
-        return nil, nil
+        return nil, nil, nil
+    end
+    GRACE_SECOND = string.sub(owner, 1, 1) == '+'
+    if GRACE_SECOND then
+        owner = string.sub(owner, 2)
     end
     GRACE_OWNER, GRACE_LEFT = owner, pttl - GRACE_MARGIN
-    return GRACE_OWNER, GRACE_LEFT
+    return GRACE_OWNER, GRACE_LEFT, GRACE_SECOND
+end
+
+-- grace_start gives head a grace (its second when second is true).
+local function grace_start(head, grace, second)
+    local value = head
+    if second then
+        value = '+' .. head
+    end
+    redis.call('set', GRACE, value, 'px', grace + GRACE_MARGIN)
+    GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND = true, head, grace, second
 end
 
 -- grace_clear deletes the grace key (a DEL of a key known to be absent is
@@ -121,22 +150,25 @@ local function grace_clear()
         return
     end
     redis.call('del', GRACE)
-    GRACE_READ, GRACE_OWNER, GRACE_LEFT = true, nil, nil
+    GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND = true, nil, nil, nil
 end
 
 -- Drop dead heads, never the caller: a head without a deadline (Redisson
 -- stops there and blocks the lock for ever: hazard H1), a head whose
--- deadline is at or before now (Redisson's rule), or a head whose grace ran
--- out while the lock is free. Nobody else's deadline moves: a dead waiter's
--- time was spent in real time. At most one pass per queued waiter. head:
--- the head (q_front); returns the head afterwards.
+-- deadline is at or before now (Redisson's rule, only when the caller's
+-- grace is off), or a head whose second grace ran out while the lock is
+-- free (a first grace that ran out is renewed by finish instead; a caller
+-- with its grace off renews nothing and prunes it, Redisson's way). Nobody
+-- else's deadline moves: a dead waiter's time was spent in real time. At
+-- most one pass per queued waiter. head: the head (q_front); returns the
+-- head afterwards.
 local function prune(caller, now, head, grace)
-    local free, graced, left, limit
+    local free, graced, left, second, limit
     while head and head ~= caller do
         if free == nil then
             free = lock_free()
             if free then
-                graced, left = grace_read()
+                graced, left, second = grace_read()
             end
         end
         local deadline = q_head_deadline(head)
@@ -144,8 +176,8 @@ local function prune(caller, now, head, grace)
         -- it is Redisson's estimate (the lease at join time plus slots),
         -- which a holder renewed by its watchdog outlasts, and a live
         -- waiter would lose its place before its own slot ran out. A dead
-        -- head is pruned by its grace once the lock is free.
-        if deadline and (grace > 0 or deadline > now) and not (graced == head and left <= 0) then
+        -- head is pruned by its second grace once the lock is free.
+        if deadline and (grace > 0 or deadline > now) and not (graced == head and left <= 0 and (second or grace <= 0)) then
             break
         end
         limit = (limit or q_size()) - 1
@@ -230,7 +262,8 @@ local function wake(owner)
 end
 
 -- The end of every script that got past its checks: keep the grace key
--- valid, start the head's grace if the lock is free (grace > 0), and wake
+-- valid, start the head's grace if the lock is free (grace > 0), or its
+-- second grace when the first ran out, and wake
 -- who must act: the head to take the lock, the waiter behind it to prune
 -- the head if it does not. caller: the owner that gets a sleep bound as
 -- its reply (fair_try_lock_wait), not woken; nil for the other scripts,
@@ -242,14 +275,14 @@ local function finish(caller, head0, second0, freed, grace)
     local head, second = front()
     local started = false
     if head and lock_free() then
-        local graced = grace_read()
+        local graced, left, again = grace_read()
         if graced and graced ~= head then
             grace_clear()
             graced = nil
         end
-        if not graced and grace > 0 then
-            redis.call('set', GRACE, head, 'px', grace + GRACE_MARGIN)
-            GRACE_READ, GRACE_OWNER, GRACE_LEFT = true, head, grace
+        if grace > 0 and (not graced or (not again and left <= 0)) then
+            -- no grace yet: the first; a first that ran out: the second
+            grace_start(head, grace, graced ~= nil)
             started = true
         end
     else

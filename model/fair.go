@@ -36,11 +36,15 @@ import "slices"
 // free with a head that has no grace starts one (when its own grace setting
 // is on), and it is dropped as soon as its owner is no longer the head of a
 // free lock. The key lives GraceMargin past the grace, so that the next
-// caller sees that it ran out.
+// caller sees that it ran out. A grace that ran out does not prune by itself
+// (issue 19: it can run out while the server refuses writes or the head's
+// link stalls, the head's attempt held back): whoever next finds it run out,
+// the lock still free and the head the same, starts the head's second grace
+// (GraceSecond) and wakes it; only a second grace that runs out prunes.
 //
 // Pruning. Before anything else every fair script but acquireFailed drops
 // dead heads: while the head has no deadline (H1: Redisson stops there and
-// blocks for ever), or the lock is free and the head's grace ran out, or
+// blocks for ever), or the lock is free and the head's second grace ran out, or
 // (only when the caller's grace is off: Redisson's rule) its deadline is at
 // or before the caller's now, the head is removed. With the grace on, a
 // deadline alone never prunes: it is an estimate that a holder renewed by
@@ -217,7 +221,7 @@ func (l *Lock) FairForceUnlock(server, now int64, graceMs int64) bool {
 
 // Grace reports the head grace at server time: the owner it is for and the
 // milliseconds it has left (0 or less: it ran out), or ok false when there
-// is none.
+// is none. GraceSecond says whether it is the owner's second.
 func (l *Lock) Grace(server int64) (owner string, leftMs int64, ok bool) {
 	l.Advance(server)
 	if l.GraceOwner == "" {
@@ -238,8 +242,9 @@ func (l *Lock) front() (head, second string) {
 }
 
 // prune removes dead heads, never caller: a head without a deadline (H1),
-// with a deadline at or before now, or, while the lock is free, whose grace
-// ran out. Deadlines of the others stay.
+// with a deadline at or before now (only when the caller's grace is off),
+// or, while the lock is free, whose second grace ran out (any grace that ran
+// out, when the caller's grace is off). Deadlines of the others stay.
 func (l *Lock) prune(server, now int64, caller string, graceMs int64) {
 	free := !l.Locked()
 	graced, left, hasGrace := l.Grace(server)
@@ -249,12 +254,15 @@ func (l *Lock) prune(server, now int64, caller string, graceMs int64) {
 			return
 		}
 		d, ok := l.Deadlines[head]
-		graceOver := free && hasGrace && graced == head && left <= 0
+		// A first grace that ran out is renewed by finish (a second grace)
+		// rather than pruning; a caller with its grace off renews nothing
+		// and prunes it (Redisson's way: it prunes by deadline anyway).
+		graceOver := free && hasGrace && graced == head && left <= 0 && (l.GraceSecond || graceMs <= 0)
 		// With the grace on, the deadline alone never prunes: it is
 		// Redisson's estimate (the lease at join time plus slots), which a
 		// holder renewed by its watchdog outlasts, and a live waiter would
 		// lose its place before its own slot ran out. A dead head is
-		// pruned by its grace once the lock is free; while the lock is
+		// pruned by its second grace once the lock is free; while the lock is
 		// held a dead waiter blocks nobody.
 		if ok && (graceMs > 0 || d > now) && !graceOver {
 			return
@@ -311,8 +319,9 @@ func (l *Lock) join(server, now int64, owner string, waitMs int64) {
 }
 
 // finish ends every fair script: the grace is dropped unless the lock is
-// free and it is the head's, a head of a free lock without one gets one
-// (graceMs > 0), and the waiters that must act are woken: a waiter that
+// free and it is the head's, a head of a free lock without one gets one,
+// and one whose first grace ran out gets its second (graceMs > 0), and the
+// waiters that must act are woken: a waiter that
 // moved into the first or second place (head0, second0: the front when the
 // script started), and the first two when freed (the lock became free, or
 // its lease was cut short) or when the head's grace starts. Never caller:
@@ -322,12 +331,18 @@ func (l *Lock) finish(server int64, caller, head0, second0 string, freed bool, g
 	head, second := l.front()
 	free := !l.Locked()
 	if l.GraceOwner != "" && (!free || l.GraceOwner != head) {
-		l.GraceOwner = ""
+		l.GraceOwner, l.GraceSecond = "", false
 	}
 	started := false
-	if free && head != "" && l.GraceOwner == "" && graceMs > 0 {
-		l.GraceOwner, l.GraceEnd = head, server+graceMs+GraceMargin
-		started = true
+	if free && head != "" && graceMs > 0 {
+		switch {
+		case l.GraceOwner == "":
+			l.GraceOwner, l.GraceEnd, l.GraceSecond = head, server+graceMs+GraceMargin, false
+			started = true
+		case !l.GraceSecond && l.GraceEnd-GraceMargin <= server:
+			l.GraceEnd, l.GraceSecond = server+graceMs+GraceMargin, true
+			started = true
+		}
 	}
 	if head != "" && head != caller && (freed || started || head != head0) {
 		l.publish(l.names.WaiterChannel(head))

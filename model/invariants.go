@@ -251,7 +251,7 @@ func (h *History) Observe(s Step) error {
 		}
 		for i, w := range ahead {
 			d, ok := before.Deadlines[w]
-			graceOver := i == 0 && !before.Locked() && before.GraceOwner == w &&
+			graceOver := i == 0 && !before.Locked() && before.GraceOwner == w && (before.GraceSecond || s.GraceMs <= 0) &&
 				before.GraceEnd-GraceMargin <= s.Server+h.Slack
 			if ok && d > s.Now && !graceOver {
 				add("%s took the lock past live waiter %s (deadline %d > now %d)", s.Owner, w, d, s.Now)

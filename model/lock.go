@@ -114,9 +114,12 @@ type Lock struct {
 	// GraceOwner and GraceEnd are the fair lock's head grace key (not in
 	// Redisson): the owner id it names ("" when the key does not exist) and
 	// when the key expires, on the server clock in ms. The grace itself ends
-	// GraceMargin earlier. See fair.go.
-	GraceOwner string
-	GraceEnd   int64
+	// GraceMargin earlier. GraceSecond: it is the owner's second grace (the
+	// key holds "+" + owner), started when its first ran out; only a second
+	// grace that runs out prunes. See fair.go.
+	GraceOwner  string
+	GraceEnd    int64
+	GraceSecond bool
 
 	// Latches are the unlock latches by request id.
 	Latches map[string]Latch
@@ -183,7 +186,7 @@ func (l *Lock) Advance(server int64) {
 		clear(l.Holds)
 	}
 	if l.GraceOwner != "" && l.GraceEnd <= server {
-		l.GraceOwner = ""
+		l.GraceOwner, l.GraceSecond = "", false
 	}
 	for id, la := range l.Latches {
 		if la.ExpiresAt <= server {
@@ -334,6 +337,9 @@ func (l *Lock) String() string {
 	b.WriteByte(']')
 	if l.GraceOwner != "" {
 		fmt.Fprintf(&b, " grace=%s@%d", l.GraceOwner, l.GraceEnd-GraceMargin)
+		if l.GraceSecond {
+			b.WriteString("(second)")
+		}
 	}
 	for w, d := range l.Deadlines {
 		if !slices.Contains(l.Queue, w) {

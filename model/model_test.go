@@ -156,12 +156,42 @@ func TestFairQueuedWaiterOnFreeLock(t *testing.T) {
 	_, ttl = l.FairTryLockWait(10999, t0+10000, "w2", 10000, 5000, 1000)
 	assert.Equal(t, int64(1), ttl, "at least 1, never Redisson's busy-poll 0")
 
-	// The grace runs out: w2 prunes w1 and takes the lock, whatever its
-	// client clock says.
-	ok, _ = l.FairTryLockWait(11000, t0, "w2", 10000, 5000, 1000)
+	// The grace runs out: w2 does not prune w1 yet (the grace may have run
+	// out while w1 could not reach Redis: issue 19) but starts w1's second
+	// grace and wakes it.
+	l.Published = nil
+	ok, ttl = l.FairTryLockWait(11000, t0, "w2", 10000, 5000, 1000)
+	assert.False(t, ok)
+	assert.Equal(t, int64(1000), ttl, "until the second grace ends")
+	assert.Equal(t, []string{"w1", "w2"}, l.Queue)
+	assert.True(t, l.GraceSecond)
+	assert.Equal(t, []Message{{"redisson_lock__channel:{x}:w1", "0"}}, l.Published, "the head is told its second grace started")
+	ok, _ = l.FairTryLockWait(11999, t0, "w2", 10000, 5000, 1000)
+	assert.False(t, ok, "w1 keeps its place during its second grace")
+
+	// The second grace runs out: w2 prunes w1 and takes the lock, whatever
+	// its client clock says.
+	ok, _ = l.FairTryLockWait(12000, t0, "w2", 10000, 5000, 1000)
 	assert.True(t, ok)
 	assert.Empty(t, l.Queue)
 	assert.Empty(t, l.GraceOwner, "the grace goes with its head")
+}
+
+// Issue 19, case 4, at the script level: the head's grace runs out while no
+// script can run (CLIENT PAUSE WRITE); when writes resume, the follower's
+// held-back attempt runs first. It must not prune the head, whose own
+// held-back attempt, next, takes the lock.
+func TestFairGraceRunOutDuringPauseKeepsTheHead(t *testing.T) {
+	l := New("x")
+	l.FairTryLockWait(0, t0, "h", 60000, 90000, 5000)
+	l.FairTryLockWait(0, t0, "a", 60000, 90000, 5000)
+	l.FairTryLockWait(0, t0, "b", 60000, 90000, 5000)
+	l.FairForceUnlock(100, t0+100, 5000) // a's grace until 5100
+	ok, _ := l.FairTryLockWait(8100, t0+8100, "b", 60000, 90000, 5000)
+	assert.False(t, ok, "b took the lock past the head a")
+	ok, _ = l.FairTryLockWait(8100, t0+8100, "a", 60000, 90000, 5000)
+	assert.True(t, ok)
+	assert.Equal(t, []string{"b"}, l.Queue)
 }
 
 // Case 1 of the liveness issue, at the script level: 101 holds with a short

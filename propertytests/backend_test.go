@@ -121,7 +121,8 @@ func dumpGrace(l *model.Lock, grace *redis.StringCmd, pttl *redis.DurationCmd, s
 	if pttl.Val() <= 0 {
 		return fmt.Errorf("the head grace key %q has no expiry (%v)", owner, pttl.Val())
 	}
-	l.GraceOwner, l.GraceEnd = owner, server+pttl.Val().Milliseconds()
+	l.GraceSecond = strings.HasPrefix(owner, "+")
+	l.GraceOwner, l.GraceEnd = strings.TrimPrefix(owner, "+"), server+pttl.Val().Milliseconds()
 	return nil
 }
 

@@ -86,8 +86,21 @@ var brokenVariants = []brokenVariant{
 	},
 	{
 		name: "the grace lowers the head's deadline (a score Redisson reads)", machine: fairMachine, file: lua.FileFairUnlock,
-		old: "redis.call('set', GRACE, head, 'px', grace + GRACE_MARGIN)",
-		new: "redis.call('set', GRACE, head, 'px', grace + GRACE_MARGIN)\n        redis.call('zincrby', timeouts, -1, head)",
+		old: "redis.call('set', GRACE, value, 'px', grace + GRACE_MARGIN)",
+		new: "redis.call('set', GRACE, value, 'px', grace + GRACE_MARGIN)\n    redis.call('zincrby', timeouts, -1, head)",
+	},
+	// Issue 19: a grace that ran out does not prune by itself; the head gets
+	// a second grace, started (and the head woken) by whoever finds the
+	// first run out.
+	{
+		name: "a first grace that ran out prunes the head (no second grace)", machine: fairMachine, file: lua.FileFairTryLockWait,
+		old: "and not (graced == head and left <= 0 and (second or grace <= 0)) then",
+		new: "and not (graced == head and left <= 0) then",
+	},
+	{
+		name: "the head's second grace starts without waking it", machine: fairMachine, file: lua.FileFairTryLockWait,
+		old: "grace_start(head, grace, graced ~= nil)\n            started = true",
+		new: "grace_start(head, grace, graced ~= nil)\n            started = graced == nil",
 	},
 	{
 		name: "a waiter behind a free lock sleeps until the head's deadline (grace ignored)", machine: fairMachine, file: lua.FileFairTryLockWait,

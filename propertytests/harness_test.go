@@ -262,8 +262,8 @@ func (h *harness) compare(got *model.Lock, published []model.Message, before *mo
 	if !maps.EqualFunc(want.Deadlines, got.Deadlines, func(w, g int64) bool { return h.within(w, g) }) {
 		return fmt.Errorf("deadlines %v, want %v", got.Deadlines, want.Deadlines)
 	}
-	if want.GraceOwner != got.GraceOwner || want.GraceOwner != "" && !h.within(want.GraceEnd-h.server, got.GraceEnd-h.server) {
-		return fmt.Errorf("head grace %q until %d, want %q until %d", got.GraceOwner, got.GraceEnd, want.GraceOwner, want.GraceEnd)
+	if want.GraceOwner != got.GraceOwner || want.GraceOwner != "" && (!h.within(want.GraceEnd-h.server, got.GraceEnd-h.server) || want.GraceSecond != got.GraceSecond) {
+		return fmt.Errorf("head grace %q until %d (second %v), want %q until %d (second %v)", got.GraceOwner, got.GraceEnd, got.GraceSecond, want.GraceOwner, want.GraceEnd, want.GraceSecond)
 	}
 	if !maps.EqualFunc(want.Latches, got.Latches, func(w, g model.Latch) bool {
 		return w.Result == g.Result && h.within(w.ExpiresAt-h.server, g.ExpiresAt-h.server)

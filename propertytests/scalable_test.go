@@ -339,8 +339,8 @@ func (h *scHarness) compare(f, s *model.Lock, fpub, spub []model.Message) error 
 	if !maps.EqualFunc(f.Deadlines, s.Deadlines, h.within) {
 		return fmt.Errorf("deadlines %v vs %v", f.Deadlines, s.Deadlines)
 	}
-	if f.GraceOwner != s.GraceOwner || f.GraceOwner != "" && !h.within(f.GraceEnd, s.GraceEnd) {
-		return fmt.Errorf("head grace %q@%d vs %q@%d", f.GraceOwner, f.GraceEnd, s.GraceOwner, s.GraceEnd)
+	if f.GraceOwner != s.GraceOwner || f.GraceOwner != "" && (!h.within(f.GraceEnd, s.GraceEnd) || f.GraceSecond != s.GraceSecond) {
+		return fmt.Errorf("head grace %q@%d (second %v) vs %q@%d (second %v)", f.GraceOwner, f.GraceEnd, f.GraceSecond, s.GraceOwner, s.GraceEnd, s.GraceSecond)
 	}
 	if !maps.EqualFunc(f.Latches, s.Latches, func(a, b model.Latch) bool {
 		return a.Result == b.Result && h.within(a.ExpiresAt, b.ExpiresAt)
@@ -379,8 +379,8 @@ func (h *scHarness) compareModel(s *model.Lock, spub []model.Message) error {
 	if !maps.EqualFunc(m.Deadlines, s.Deadlines, h.within) {
 		return fmt.Errorf("deadlines %v, model %v", s.Deadlines, m.Deadlines)
 	}
-	if m.GraceOwner != s.GraceOwner || m.GraceOwner != "" && !h.within(m.GraceEnd, s.GraceEnd) {
-		return fmt.Errorf("head grace %q@%d, model %q@%d", s.GraceOwner, s.GraceEnd, m.GraceOwner, m.GraceEnd)
+	if m.GraceOwner != s.GraceOwner || m.GraceOwner != "" && (!h.within(m.GraceEnd, s.GraceEnd) || m.GraceSecond != s.GraceSecond) {
+		return fmt.Errorf("head grace %q@%d (second %v), model %q@%d (second %v)", s.GraceOwner, s.GraceEnd, s.GraceSecond, m.GraceOwner, m.GraceEnd, m.GraceSecond)
 	}
 	if !maps.EqualFunc(m.Latches, s.Latches, func(a, b model.Latch) bool {
 		return a.Result == b.Result && h.within(a.ExpiresAt, b.ExpiresAt)
