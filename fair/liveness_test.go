@@ -120,7 +120,10 @@ func leaseExpiryChain(t *testing.T, b *redistest.Backend, e engineCase, grace ti
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, err := m.TryLockFor(ctx, 10*time.Second, time.Second)
+			// The chain takes about 8 leases; the wait leaves room for a
+			// loaded machine (2 busy loops beside parallel subtests: one
+			// run granted the last handle at 9.76 s of a 10 s wait).
+			ok, err := m.TryLockFor(ctx, 25*time.Second, time.Second)
 			if err != nil || !ok {
 				t.Errorf("handle %d (started at %v): TryLockFor = %v, %v after %v", i, 100*time.Duration(i)*time.Millisecond, ok, err, time.Since(start))
 				return
