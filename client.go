@@ -82,9 +82,12 @@ func WithLease(d time.Duration) Option { return func(c *core.Config) { c.Lease =
 func WithWaitSlot(d time.Duration) Option { return func(c *core.Config) { c.WaitSlot = d } }
 
 // WithHeadGrace sets how long the head of a fair queue has to take a lock
-// that became free before followers may prune it as dead (not in Redisson;
-// see docs/design.md). Default 5 s; a negative value turns it off, which is
-// Redisson's behaviour: a dead head then blocks the queue for its whole slot.
+// that became free (not in Redisson; see docs/design.md). A head that lets
+// its grace run out is woken and given a second one; one that lets both
+// run out is pruned as dead by its followers, so a Redis pause that eats a
+// grace costs a live head nothing. Default 5 s; a negative value turns it
+// off, which is Redisson's behaviour: a dead head then blocks the queue for
+// its whole slot.
 func WithHeadGrace(d time.Duration) Option { return func(c *core.Config) { c.HeadGrace = d } }
 
 // WithLatchTTL sets how long the outcome of an unlock or an acquisition is
@@ -95,11 +98,12 @@ func WithHeadGrace(d time.Duration) Option { return func(c *core.Config) { c.Hea
 func WithLatchTTL(d time.Duration) Option { return func(c *core.Config) { c.LatchTTL = d } }
 
 // WithCleanupTimeout bounds the work done after a caller's context has
-// ended: Unlock with a dead context, and leaving the queue (or voiding an
-// acquisition whose outcome is unknown) after a cancelled wait. A call whose
-// context ends returns within its deadline plus this bound; what could not
-// be done in time (Redis unreachable) is retried in the background. It also
-// bounds the releases Close makes. Default 2 s.
+// ended: Unlock with a dead context finishes its release within it. An
+// acquisition whose context ends returns at once; leaving the queue (or
+// voiding a request whose outcome is unknown) goes on in the background,
+// where what cannot be done now (Redis unreachable) is retried, and a wait
+// that ran out waits for it at most this bound. It also bounds the
+// releases Close makes. Default 2 s.
 func WithCleanupTimeout(d time.Duration) Option { return func(c *core.Config) { c.CleanupTime = d } }
 
 // WithRenewBatch sets how many locks one renewal call covers. Default 100.
