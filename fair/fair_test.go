@@ -183,7 +183,7 @@ func TestCanceledWaiterShiftsFollowersAndLeavesNoTrace(t *testing.T) {
 		require.Len(t, after, 2)
 		assert.Equal(t, before[ms[0].Owner()], after[ms[0].Owner()], "the waiter ahead keeps its deadline")
 		assert.Equal(t, before[ms[2].Owner()]-slot.Milliseconds(), after[ms[2].Owner()], "the follower moves up one slot")
-		assert.Equal(t, 2, core.Of(c).Hub.Channels(), "the canceled waiter's subscription is gone")
+		assert.Equal(t, 2, core.Of(c).WaitChannels(), "the canceled waiter's subscription is gone")
 
 		require.NoError(t, holder.Unlock(ctx))
 		for _, i := range []int{0, 2} {

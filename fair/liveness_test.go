@@ -294,7 +294,7 @@ func TestFairReleaseWakesReentrantWaiter(t *testing.T) {
 			require.NoError(t, err)
 			res := make(chan error, 1)
 			go func() { res <- r.Lock(ctx) }()
-			require.Eventually(t, func() bool { return core.Of(c).Hub.Channels() == 1 }, 10*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return core.Of(c).WaitChannels() == 1 }, 10*time.Second, time.Millisecond)
 			released := time.Now()
 			if force {
 				_, err = holder.ForceUnlock(ctx)

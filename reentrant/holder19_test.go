@@ -140,3 +140,25 @@ func TestTinyLeaseIsRefusedNotSpun(t *testing.T) {
 	}
 	assert.False(t, b.Client(t).Exists(context.Background(), name).Val() == 1, "nothing is left held")
 }
+
+// (e) After a restart without persistence the holder is told as soon as
+// the client's connection comes back, not at the next renewal: with the
+// default 30 s lease that renewal is up to 10 s away, during which another
+// owner could take the lock while the first believes it holds it.
+func TestHolderToldAtOnceAfterARestart(t *testing.T) {
+	srv := redistest.StartT(t)
+	ctx := testCtx(t)
+	name := redistest.Prefix(t) + "lock"
+	m := newMutex(t, newClient(t, srv.Backend().Client(t)), name) // the default 30 s lease: renewals every 10 s
+	require.NoError(t, m.Lock(ctx))
+	time.Sleep(500 * time.Millisecond) // the client's connections are open (and idle)
+	require.NoError(t, srv.Restart())
+	restarted := time.Now()
+	select {
+	case <-m.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the holder was not told within 5 s of the restart (Err %v)", m.Err())
+	}
+	t.Logf("told %v after the restart", time.Since(restarted))
+	assert.ErrorIs(t, m.Err(), fairlock.ErrLost)
+}

@@ -191,8 +191,8 @@ func TestUnlockWakesWaiter(t *testing.T) {
 // waitSubscribed waits until c's shared subscription has a channel.
 func waitSubscribed(t testing.TB, b *redistest.Backend, c *fairlock.Client) {
 	t.Helper()
-	hub := core.Of(c).Hub
-	require.Eventually(t, func() bool { return hub.Channels() > 0 }, 10*time.Second, time.Millisecond)
+	s := core.Of(c)
+	require.Eventually(t, func() bool { return s.WaitChannels() > 0 }, 10*time.Second, time.Millisecond)
 }
 
 func TestCanceledWaitLeavesNothing(t *testing.T) {
@@ -212,7 +212,7 @@ func TestCanceledWaitLeavesNothing(t *testing.T) {
 		err := <-got
 		assert.True(t, errors.Is(err, reentrant.ErrCanceled), "%v", err)
 		assert.True(t, errors.Is(err, context.Canceled), "%v", err)
-		assert.Equal(t, 0, core.Of(c).Hub.Channels(), "subscription left behind")
+		assert.Equal(t, 0, core.Of(c).WaitChannels(), "subscription left behind")
 		held, err := waiter.IsHeld(ctx)
 		require.NoError(t, err)
 		assert.False(t, held)

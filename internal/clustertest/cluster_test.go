@@ -97,7 +97,7 @@ func TestManyLocksAcrossShards(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if n := core.Of(c).Hub.Channels(); n != 0 {
+	if n := core.Of(c).WaitChannels(); n != 0 {
 		t.Errorf("%d channels still subscribed", n)
 	}
 }

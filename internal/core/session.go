@@ -103,6 +103,7 @@ type Session struct {
 	active   sync.WaitGroup // Acquire calls in progress
 	bg       sync.WaitGroup // background cleanups
 	held     map[*Mutex]int // handles with a current hold
+	watching bool           // watch runs (from the first hold on)
 }
 
 // WallMs is the client's wall clock in Unix milliseconds, as the fair-lock
@@ -132,7 +133,10 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	if _, ok := rdb.(*redis.ClusterClient); ok && !cfg.ShardedSet {
 		mode = pubsub.AutoSharded(Slot)
 	}
-	s.Hub = pubsub.New(rdb, 30*time.Second, mode)
+	// A pub/sub connection that comes back after a failure (a restart, a
+	// failover) has every held lock re-checked at once: what Redis lost is
+	// reported to its holder then, not at the next renewal.
+	s.Hub = pubsub.New(rdb, 30*time.Second, mode, pubsub.OnRecover(func() { s.Watchdog.RenewNow() }))
 	var slot watchdog.SlotFunc
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		slot = Slot
@@ -237,7 +241,48 @@ func (s *Session) track(m *Mutex) bool {
 		return false
 	}
 	s.held[m]++
+	if !s.watching {
+		s.watching = true
+		s.bg.Add(1)
+		go s.watch()
+	}
 	return true
+}
+
+func (s *Session) watchChannel() string { return "fairlock_client:{" + s.ID + "}" }
+
+// WaitChannels is how many channels the hub keeps for waiters: its
+// channels but the session's own (watch). For tests.
+func (s *Session) WaitChannels() int {
+	n := s.Hub.Channels()
+	if s.Hub.Has(s.watchChannel()) {
+		n--
+	}
+	return n
+}
+
+// watch keeps the hub's connection open from the session's first hold on,
+// with a subscription of the session's own (nobody publishes to it): a
+// restart or a failover then breaks it at once, and its recovery has the
+// holds re-checked (OnRecover above), even on a client that never waited.
+// One SUBSCRIBE per client; in sharded mode it watches the node that serves
+// the channel's slot only.
+func (s *Session) watch() {
+	defer s.bg.Done()
+	for s.closeCtx.Err() == nil {
+		w, err := s.Hub.Subscribe(s.closeCtx, s.watchChannel())
+		if err == nil {
+			<-s.closeCtx.Done()
+			w.Close()
+			return
+		}
+		t := time.NewTimer(time.Second)
+		select {
+		case <-t.C:
+		case <-s.closeCtx.Done():
+			t.Stop()
+		}
+	}
 }
 
 func (s *Session) untrack(m *Mutex) {

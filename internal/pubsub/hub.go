@@ -124,6 +124,8 @@ type Hub struct {
 	probeMu sync.Mutex
 	probeAt time.Time // last failed probe
 	ping    time.Duration
+	// onRecover runs when a failed connection works again (OnRecover).
+	onRecover func()
 
 	stop    context.Context // ends at Close: aborts writes, dials and backoffs
 	halt    context.CancelFunc
@@ -151,6 +153,7 @@ type conn struct {
 	broken    bool // this generation failed: rebuild
 	healthy   bool // a PONG was read in this generation
 	fails     int  // rebuilds since the last healthy generation
+	failed    bool // a generation failed and none has been healthy since
 
 	subs   map[string]*entry   // every channel the hub keeps on this connection
 	todo   map[string]struct{} // channels to subscribe in this generation
@@ -218,6 +221,12 @@ func AutoSharded(slot func(string) int) Option {
 		h.mode.Store(modeAuto)
 	}
 }
+
+// OnRecover sets f to run (on a goroutine of its own) when a connection
+// that failed is working again: its next generation had a PING answered.
+// After a restart or a failover that is the first sign that Redis is back,
+// and what it kept may be gone (the session re-checks its holds).
+func OnRecover(f func()) Option { return func(h *Hub) { h.onRecover = f } }
 
 const (
 	modeClassic int32 = iota
@@ -507,6 +516,13 @@ func (h *Hub) Channels() int {
 	return len(h.chans)
 }
 
+// Has reports whether channel is subscribed (for tests).
+func (h *Hub) Has(channel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.chans[channel] != nil
+}
+
 // Conns reports how many pub/sub connections the hub holds (for tests).
 func (h *Hub) Conns() int {
 	h.mu.Lock()
@@ -638,6 +654,7 @@ func (h *Hub) rebuild(c *conn) {
 			c.fails = 0
 		}
 		c.fails++
+		c.failed = true
 		delay = min(minBackoff<<min(c.fails-1, 8), maxBackoff)
 	}
 	c.gen++
@@ -882,6 +899,12 @@ func (h *Hub) ackLocked(c *conn, payload string) {
 	}
 	c.acked = seq
 	c.healthy = true
+	if c.failed {
+		c.failed = false
+		if h.onRecover != nil {
+			go h.onRecover()
+		}
+	}
 	if c.acked >= c.written {
 		c.waitSince = time.Time{}
 	} else {

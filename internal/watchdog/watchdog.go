@@ -66,8 +66,21 @@ type Watchdog struct {
 	entries map[*Entry]struct{}
 	stop    chan struct{}
 	done    chan struct{}
+	now     chan struct{} // capacity 1: renew at once (RenewNow)
 	calls   sync.WaitGroup
 	once    sync.Once
+}
+
+// RenewNow makes the watchdog renew every lock now, without waiting for the
+// next period (a connection came back after a failure: a restart without
+// persistence or a failover may have lost the locks, and the holders are
+// told at once instead of within a period). Locks whose renewal is still in
+// flight are skipped, as at every tick.
+func (w *Watchdog) RenewNow() {
+	select {
+	case w.now <- struct{}{}:
+	default:
+	}
 }
 
 // Holder is the hold an entry renews.
@@ -99,7 +112,7 @@ func New(renew RenewFunc, slot SlotFunc, lease time.Duration, batch int) *Watchd
 	w := &Watchdog{
 		renew: renew, slot: slot, lease: lease, period: lease / 3, batch: batch,
 		entries: map[*Entry]struct{}{},
-		stop:    make(chan struct{}), done: make(chan struct{}),
+		stop:    make(chan struct{}), done: make(chan struct{}), now: make(chan struct{}, 1),
 	}
 	go w.run()
 	return w
@@ -165,6 +178,8 @@ func (w *Watchdog) run() {
 		case <-w.stop:
 			return
 		case <-t.C:
+			w.tick()
+		case <-w.now:
 			w.tick()
 		}
 	}
