@@ -38,7 +38,9 @@ import (
 //     and publishes "1" (Redisson: no message);
 //   - renewal sets every read-hold key of the owner (writing an expired one
 //     again), and the lock, to the larger of its TTL and the lease
-//     (Redisson: to the lease, and an expired key stays gone).
+//     (Redisson: to the lease, and an expired key stays gone); a reader
+//     whose keys have all expired is not renewed (Redisson renews it: a
+//     late renewal brought a lost hold back, issue 19 case 5).
 
 // ReadUnlockMessage is what a write unlock publishes: wake every waiter.
 const ReadUnlockMessage = "1"
@@ -309,6 +311,9 @@ func (l *RW) Renew(server int64, owner string, leaseMs int64) bool {
 		return false
 	}
 	if !IsWriter(owner) {
+		if !l.readerLive(server, owner) {
+			return false // its lease is over: a late renewal does not revive it
+		}
 		for k := n; k >= 1; k-- {
 			key := l.names.TimeoutKey(owner, k)
 			l.Timeouts[key] = server + max(l.keyPTTL(server, key), leaseMs)
@@ -316,6 +321,19 @@ func (l *RW) Renew(server int64, owner string, leaseMs int64) bool {
 	}
 	l.extend(server, leaseMs)
 	return true
+}
+
+// readerLive reports whether one of reader's read holds' keys (1..its hold
+// count) still lives: a reader whose keys have all expired holds nothing in
+// Redis's terms, though its field may still be in the hash (another hold
+// kept the hash alive).
+func (l *RW) readerLive(server int64, reader string) bool {
+	for k := l.Holds[reader]; k >= 1; k-- {
+		if l.keyPTTL(server, l.names.TimeoutKey(reader, k)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // CheckShape checks the read-write lock's exclusion rule on a state,

@@ -37,7 +37,11 @@ var rwBrokenVariants = []brokenVariant{
 	},
 	{
 		name: "renewal leaves the read holds' keys", machine: rwMachine, file: lua.FileRWRenew,
-		old: "redis.call('set', key, 1, 'px', math.max(t, lease))", new: "local _ = t",
+		old: "redis.call('set', prefix .. ':' .. owner .. ':rwlock_timeout:' .. k, 1, 'px', math.max(ttls[k], lease))", new: "local _ = ttls[k]",
+	},
+	{
+		name: "a late renewal revives a reader whose keys have all expired (issue 19, case 5)", machine: rwMachine, file: lua.FileRWRenew,
+		old: "live = live or t > 0", new: "live = true",
 	},
 	{
 		name: "a shared read hold resets the lock's lease", machine: rwMachine, file: lua.FileRWReadAcquire,
