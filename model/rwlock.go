@@ -35,7 +35,14 @@ import (
 //     for a read unlock that leaves other owners' holds);
 //   - an unlock of a free lock publishes but stores no latch (H5);
 //   - a write unlock that leaves the writer's reads switches to read mode
-//     and publishes "1" (Redisson: no message);
+//     and publishes "1" (Redisson: no message), with the lease of its
+//     longest read hold's key; when none of those keys lives it frees the
+//     lock (Redisson: read mode with the writer's lease all the same), so a
+//     read-locked lock never outlives its longest read hold;
+//   - a reader whose read-hold keys have all expired while other holds kept
+//     the hash holds nothing (not in Redisson): its next acquisition
+//     replaces its field with a new hold (count 1) instead of re-entering
+//     it, and its unlock removes the field whole and replies NotHeld;
 //   - renewal sets every read-hold key of the owner (writing an expired one
 //     again), and the lock, to the larger of its TTL and the lease
 //     (Redisson: to the lease, and an expired key stays gone); a reader
@@ -175,6 +182,9 @@ func (l *RW) ReadAcquire(server int64, reader string, leaseMs int64) (acquired b
 		l.Timeouts[l.names.TimeoutKey(reader, 1)] = server + leaseMs
 		l.LeaseEnd = server + leaseMs
 	case l.Mode == "read" || l.Holds[WriterOf(reader)] > 0:
+		if l.Holds[reader] > 0 && !l.readerLive(server, reader) {
+			delete(l.Holds, reader) // a stale field: a new hold replaces it
+		}
 		l.Holds[reader]++
 		l.Timeouts[l.names.TimeoutKey(reader, l.Holds[reader])] = server + leaseMs
 		l.extend(server, leaseMs)
@@ -214,10 +224,25 @@ func (l *RW) ReadUnlock(server int64, reader, requestID string, latchMs int64) U
 	if l.Holds[reader] == 0 {
 		return NotHeld
 	}
-	l.Holds[reader]--
-	left := l.Holds[reader]
-	if left == 0 {
+	// A reader whose keys have all expired: its field is removed whole, the
+	// rest as for a last hold, the reply NotHeld and no latch.
+	stale := !l.readerLive(server, reader)
+	latch := func(r UnlockResult) UnlockResult {
+		if stale {
+			return NotHeld
+		}
+		l.latch(requestID, r, server, latchMs)
+		return r
+	}
+	var left int64
+	if stale {
 		delete(l.Holds, reader)
+	} else {
+		l.Holds[reader]--
+		left = l.Holds[reader]
+		if left == 0 {
+			delete(l.Holds, reader)
+		}
 	}
 	dropped := l.names.TimeoutKey(reader, left+1)
 	if left > 0 {
@@ -232,26 +257,17 @@ func (l *RW) ReadUnlock(server int64, reader, requestID string, latchMs int64) U
 	}
 	if len(l.Holds) > 0 {
 		if l.Mode == "write" {
-			l.latch(requestID, mine, server, latchMs)
-			return mine
+			return latch(mine)
 		}
-		longest := int64(-3)
-		for f, n := range l.Holds {
-			for k := n; k >= 1; k-- {
-				longest = max(longest, l.keyPTTL(server, l.names.TimeoutKey(f, k)))
-			}
-		}
-		if longest > 0 {
+		if longest := l.longestRead(server); longest > 0 {
 			l.LeaseEnd = server + longest
-			l.latch(requestID, mine, server, latchMs)
-			return mine
+			return latch(mine)
 		}
 	}
 	l.Mode = ""
 	clear(l.Holds)
 	l.publish(UnlockMessage)
-	l.latch(requestID, Released, server, latchMs)
-	return Released
+	return latch(Released)
 }
 
 // WriteUnlock is rw_write_unlock.lua for writer.
@@ -273,10 +289,12 @@ func (l *RW) WriteUnlock(server int64, writer string, leaseMs int64, requestID s
 		return StillHeld
 	}
 	delete(l.Holds, writer)
-	if len(l.Holds) == 0 {
-		l.Mode = ""
-	} else {
+	if longest := l.longestRead(server); longest > 0 {
 		l.Mode = "read"
+		l.LeaseEnd = server + longest
+	} else {
+		l.Mode = ""
+		clear(l.Holds)
 	}
 	l.publish(ReadUnlockMessage)
 	l.latch(requestID, Released, server, latchMs)
@@ -321,6 +339,32 @@ func (l *RW) Renew(server int64, owner string, leaseMs int64) bool {
 	}
 	l.extend(server, leaseMs)
 	return true
+}
+
+// longestRead is the longest remaining time of a read hold's key (of holds
+// 1..count of each field), or a negative number when none lives.
+func (l *RW) longestRead(server int64) int64 {
+	longest := int64(-3)
+	for f, n := range l.Holds {
+		for k := n; k >= 1; k-- {
+			longest = max(longest, l.keyPTTL(server, l.names.TimeoutKey(f, k)))
+		}
+	}
+	return longest
+}
+
+// CheckReadLive checks, on a state at server time server, that a lock in
+// read mode lives no longer than its longest read hold (within tol): the
+// lock is never read-locked by nobody.
+func (l *RW) CheckReadLive(server, tol int64) error {
+	if l.Mode != "read" {
+		return nil
+	}
+	longest := l.longestRead(server)
+	if l.LeaseEnd == NoExpiry || longest <= 0 || server+longest < l.LeaseEnd-tol {
+		return fmt.Errorf("read mode until %d, but the longest read hold ends at %d", l.LeaseEnd, server+longest)
+	}
+	return nil
 }
 
 // readerLive reports whether one of reader's read holds' keys (1..its hold

@@ -72,6 +72,7 @@ func rwMachine(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T) {
 			{"writeAcquire", 2, func(t *rapid.T) { h.acquire(t, model.WriterOf(h.reader(t)), true) }},
 			{"writerReads", 1, h.actWriterReads},
 			{"holderUnlocks", 3, h.actHolderUnlocks},
+			{"writerUnlocks", 1, h.actWriterUnlocks},
 			{"advanceServer", 2, func(t *rapid.T) { h.advance(t, h.dur(t, "d", 0, 10)) }},
 			{"unlock", 1, func(t *rapid.T) {
 				o := h.reader(t)
@@ -168,6 +169,19 @@ func (h *rwHarness) actHolderUnlocks(t *rapid.T) {
 		t.Skip("nobody holds the lock")
 	}
 	h.unlock(t, rapid.SampledFrom(holders).Draw(t, "holder"))
+}
+
+// actWriterUnlocks: the writer, if any, releases a write hold (its own
+// reads may have run out meanwhile).
+func (h *rwHarness) actWriterUnlocks(t *rapid.T) {
+	h.m.Advance(h.server)
+	for _, o := range slices.Sorted(maps.Keys(h.m.Holds)) {
+		if model.IsWriter(o) {
+			h.unlock(t, o)
+			return
+		}
+	}
+	t.Skip("no writer")
 }
 
 // actWriterReads: the writer, if any, takes a read hold.
@@ -281,6 +295,9 @@ func (h *rwHarness) end(t *rapid.T, what string, published int, replyErr func() 
 func (h *rwHarness) checkPromise(got *model.RW) error {
 	if err := got.CheckShape(); err != nil {
 		return err
+	}
+	if err := got.CheckReadLive(h.server, h.tol); err != nil {
+		return err // nobody holds a read, yet writers are kept out
 	}
 	for _, o := range slices.Sorted(maps.Keys(h.promise)) {
 		until := h.promise[o]

@@ -92,3 +92,118 @@ func TestLateRenewalDoesNotReviveALostReadHold(t *testing.T) {
 		require.NoError(t, w.WriteLock().Unlock(ctx))
 	}
 }
+
+// Holder-knows (a), the read-write case, no fault needed: R1's read hold
+// with an explicit lease runs out while R2's read keeps the hash, so R1's
+// field stays in Redis after R1 was told the hold was lost. R1's next Lock
+// must start a new hold (Redis count 1, as the client counts), not re-enter
+// the stale field: after its one Unlock R1 holds nothing, its Done is
+// closed, and once R2 leaves a writer gets in.
+//
+// "at once": R1 locks again as soon as its Done closes, when its key may
+// still live in Redis for the drift margin (the client ends a hold a little
+// before Redis does): only the client can tell that field is stale, by
+// giving it back before it acquires again (internal/core). "key expired":
+// R1 locks again once its key is gone, and the scripts alone start a new
+// hold (rw_read_acquire.lua).
+func TestReadHoldAfterItsLeaseRanOutStartsAfresh(t *testing.T) {
+	for _, waitKey := range []bool{false, true} {
+		t.Run(map[bool]string{false: "at once", true: "key expired"}[waitKey], func(t *testing.T) {
+			b := redistest.Real(t)
+			ctx := testCtx(t)
+			direct := b.Client(t)
+			name := redistest.Prefix(t) + "rw"
+			r1 := newRW(t, newClient(t, b.Client(t)), name)
+			r2 := newRW(t, newClient(t, b.Client(t)), name)
+			w := newRW(t, newClient(t, b.Client(t)), name)
+			require.NoError(t, r1.ReadLock().LockWithLease(ctx, time.Second))
+			require.NoError(t, r2.ReadLock().Lock(ctx)) // the watchdog keeps the hash
+			err := waitDone(t, r1.ReadLock(), 10*time.Second, "R1's 1 s read hold")
+			require.ErrorIs(t, err, rwlock.ErrLost)
+			if waitKey {
+				key := lua.KeysFor(name).RWTimeoutKey(r1.ReadLock().Owner(), 1)
+				require.Eventually(t, func() bool { return direct.Exists(ctx, key).Val() == 0 }, 10*time.Second, 10*time.Millisecond)
+			}
+
+			require.NoError(t, r1.ReadLock().LockWithLease(ctx, 10*time.Second))
+			n, err := r1.ReadLock().HoldCount(ctx)
+			require.NoError(t, err)
+			assert.Equal(t, 1, n, "R1's one Lock after its loss counts %d holds in Redis: it re-entered its stale field\n%s", n, state(ctx, direct, name))
+			require.NoError(t, r1.ReadLock().Unlock(ctx))
+			select {
+			case <-r1.ReadLock().Done():
+			default:
+				t.Errorf("R1's Done is open after its one Unlock (Redis: %s)", state(ctx, direct, name))
+			}
+			held, err := r1.ReadLock().IsHeld(ctx)
+			require.NoError(t, err)
+			assert.False(t, held, "R1 still holds in Redis after its one Unlock: %s", state(ctx, direct, name))
+			require.NoError(t, r2.ReadLock().Unlock(ctx))
+			ok, err := w.WriteLock().TryLock(ctx)
+			require.NoError(t, err)
+			assert.True(t, ok, "a writer is refused once R1 and R2 have unlocked: %s", state(ctx, direct, name))
+			if ok {
+				require.NoError(t, w.WriteLock().Unlock(ctx))
+			}
+		})
+	}
+}
+
+// A read unlock of a field whose keys have all expired (what a client sends
+// to give back a hold it was told was lost) removes the field whole, with
+// any count: one call, reply "not held", and the lock freed when nothing
+// else holds it.
+func TestReadUnlockGivesBackAStaleField(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	rdb := b.Client(t)
+	name := redistest.Prefix(t) + "rw"
+	k := lua.KeysFor(name)
+	r1 := lua.Args{Owner: "u1:1", LeaseMs: 300, LatchMs: 10000}
+	r2 := lua.Args{Owner: "u2:1", LeaseMs: 30000, LatchMs: 10000}
+	for _, a := range []lua.Args{r1, r1, r2} {
+		ok, _, err := lua.Default.ReadAcquire(ctx, rdb, k, a)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	require.Eventually(t, func() bool {
+		return rdb.Exists(ctx, k.RWTimeoutKey("u1:1", 1), k.RWTimeoutKey("u1:1", 2)).Val() == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	r1.RequestID = "give-back"
+	res, err := lua.Default.ReadUnlock(ctx, rdb, k, r1)
+	require.NoError(t, err)
+	assert.Equal(t, lua.NotHeld, res, "the reply to the give-back of a stale field")
+	assert.False(t, rdb.HExists(ctx, name, "u1:1").Val(), "the stale field is still there: %s", state(ctx, rdb, name))
+	r2.RequestID = "r2"
+	res, err = lua.Default.ReadUnlock(ctx, rdb, k, r2)
+	require.NoError(t, err)
+	assert.Equal(t, lua.Released, res)
+	assert.Zero(t, rdb.Exists(ctx, name).Val(), "the lock outlives its last live hold: %s", state(ctx, rdb, name))
+}
+
+// The writer's own read hold with an explicit lease runs out while the
+// writer (watchdog) holds: the read half is told it was lost. The writer's
+// last Unlock must then free the lock (Redisson switches it to read mode
+// for the stale read field: every writer is refused for the rest of the
+// writer's lease, and nobody believes they hold a read).
+func TestWriteUnlockFreesTheLockWhenItsReadsRanOut(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	direct := b.Client(t)
+	name := redistest.Prefix(t) + "rw"
+	rw := newRW(t, newClient(t, b.Client(t)), name)
+	other := newRW(t, newClient(t, b.Client(t)), name)
+	require.NoError(t, rw.WriteLock().Lock(ctx))
+	require.NoError(t, rw.ReadLock().LockWithLease(ctx, time.Second))
+	err := waitDone(t, rw.ReadLock(), 10*time.Second, "the writer's 1 s read hold")
+	require.ErrorIs(t, err, rwlock.ErrLost)
+	key := lua.KeysFor(name).RWTimeoutKey(rw.ReadLock().Owner(), 1)
+	require.Eventually(t, func() bool { return direct.Exists(ctx, key).Val() == 0 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, rw.WriteLock().Unlock(ctx))
+	ok, err := other.WriteLock().TryLock(ctx)
+	require.NoError(t, err)
+	assert.True(t, ok, "another writer is refused after the writer's last unlock, its read hold long lost: %s", state(ctx, direct, name))
+	if ok {
+		require.NoError(t, other.WriteLock().Unlock(ctx))
+	}
+}
