@@ -18,6 +18,8 @@ import (
 // frees the lock, "1" when a writer releases its last write hold.
 //
 // The rules, as Redisson's (reference section 7) except where marked:
+//   - a hash with no "mode" is a lock of another kind (reentrant, fair,
+//     fenced) on the same name: it keeps both halves out (Redisson took it);
 //   - a free lock is taken by either half; a read-locked lock is shared by
 //     every reader; a write-locked lock admits only its writer, to re-enter
 //     or to read; no upgrade: any read hold keeps every writer out;
@@ -108,6 +110,37 @@ func NewRW(name string) *RW {
 	return &RW{names: RWNamesFor(name), Holds: map[string]int64{}, Timeouts: map[string]int64{}, Latches: map[string]Latch{}}
 }
 
+// free reports a lock nobody holds. A hash with holds but no mode is a
+// lock of another kind on the same name (reentrant, fair, fenced): held,
+// and it keeps both halves out (not in Redisson, which took it).
+func (l *RW) free() bool { return l.Mode == "" && len(l.Holds) == 0 }
+
+// OtherOwner is the owner of a lock of another kind, in OtherLock.
+const OtherOwner = "other:1"
+
+// OtherLock is a lock of another kind (a reentrant lock, say) taking the
+// free name for leaseMs: a hash with its owner's field and no mode. It
+// reports false, changing nothing, when the name is held.
+func (l *RW) OtherLock(server int64, leaseMs int64) bool {
+	l.Advance(server)
+	if !l.free() {
+		return false
+	}
+	l.Holds[OtherOwner] = 1
+	l.LeaseEnd = server + leaseMs
+	return true
+}
+
+// OtherUnlock is that lock's release: it deletes the hash when held by it.
+func (l *RW) OtherUnlock(server int64) bool {
+	l.Advance(server)
+	if l.Mode != "" || l.Holds[OtherOwner] == 0 {
+		return false
+	}
+	clear(l.Holds)
+	return true
+}
+
 // Names are the lock's names.
 func (l *RW) Names() RWNames { return l.names }
 
@@ -123,7 +156,7 @@ func (l *RW) Clone() *RW {
 
 // Advance expires what has expired by server time server.
 func (l *RW) Advance(server int64) {
-	if l.Mode != "" && l.LeaseEnd != NoExpiry && l.LeaseEnd <= server {
+	if !l.free() && l.LeaseEnd != NoExpiry && l.LeaseEnd <= server {
 		l.Mode = ""
 		clear(l.Holds)
 	}
@@ -143,7 +176,7 @@ func (l *RW) Advance(server int64) {
 func (l *RW) PTTL(server int64) int64 {
 	l.Advance(server)
 	switch {
-	case l.Mode == "":
+	case l.free():
 		return NoLock
 	case l.LeaseEnd == NoExpiry:
 		return NoExpiry
@@ -176,12 +209,12 @@ func (l *RW) latch(requestID string, r UnlockResult, server, latchMs int64) {
 func (l *RW) ReadAcquire(server int64, reader string, leaseMs int64) (acquired bool, ttlMs int64) {
 	l.Advance(server)
 	switch {
-	case l.Mode == "":
+	case l.free():
 		l.Mode = "read"
 		l.Holds[reader] = 1
 		l.Timeouts[l.names.TimeoutKey(reader, 1)] = server + leaseMs
 		l.LeaseEnd = server + leaseMs
-	case l.Mode == "read" || l.Holds[WriterOf(reader)] > 0:
+	case l.Mode == "read" || (l.Mode == "write" && l.Holds[WriterOf(reader)] > 0):
 		if l.Holds[reader] > 0 && !l.readerLive(server, reader) {
 			delete(l.Holds, reader) // a stale field: a new hold replaces it
 		}
@@ -198,7 +231,7 @@ func (l *RW) ReadAcquire(server int64, reader string, leaseMs int64) (acquired b
 func (l *RW) WriteAcquire(server int64, writer string, leaseMs int64) (acquired bool, ttlMs int64) {
 	l.Advance(server)
 	switch {
-	case l.Mode == "":
+	case l.free():
 		l.Mode = "write"
 		l.Holds[writer] = 1
 		l.LeaseEnd = server + leaseMs
@@ -400,9 +433,12 @@ func (l *RW) CheckShape() error {
 	}
 	slices.Sort(writers)
 	slices.Sort(readers)
+	if l.Holds[OtherOwner] > 0 && (l.Mode != "" || len(l.Holds) > 1) {
+		return fmt.Errorf("a lock of another kind's holder %s shares the hash: mode %q, holds %v", OtherOwner, l.Mode, l.Holds)
+	}
 	switch l.Mode {
 	case "":
-		if len(l.Holds) > 0 {
+		if len(l.Holds) > 0 && l.Holds[OtherOwner] == 0 {
 			return fmt.Errorf("no mode but holds %v", l.Holds)
 		}
 	case "write":

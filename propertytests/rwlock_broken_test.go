@@ -61,6 +61,14 @@ var rwBrokenVariants = []brokenVariant{
 		old: "    redis.call('pexpire', KEYS[1], longest)\n", new: "",
 	},
 	{
+		name: "Redisson's read acquisition takes a lock of another kind (a hash with no mode)", machine: rwMachine, file: lua.FileRWReadAcquire,
+		old: "if mode == false and redis.call('exists', KEYS[1]) == 1 then", new: "if false then",
+	},
+	{
+		name: "Redisson's write acquisition takes a lock of another kind (a hash with no mode)", machine: rwMachine, file: lua.FileRWWriteAcquire,
+		old: "if mode == false and redis.call('exists', KEYS[1]) == 1 then", new: "if false then",
+	},
+	{
 		name: "a shared read hold resets the lock's lease", machine: rwMachine, file: lua.FileRWReadAcquire,
 		old: "redis.call('pexpire', KEYS[1], math.max(redis.call('pttl', KEYS[1]), lease))", new: "redis.call('pexpire', KEYS[1], lease)",
 	},

@@ -83,6 +83,7 @@ func rwMachine(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T) {
 			}},
 			{"renew", 1, h.actRenew},
 			{"forceUnlock", 1, func(t *rapid.T) { h.force(t, rapid.Bool().Draw(t, "write")) }},
+			{"otherKind", 1, h.actOtherKind},
 		}))
 	}
 }
@@ -207,6 +208,31 @@ func (h *rwHarness) force(t *rapid.T, write bool) {
 	h.end(t, fmt.Sprintf("forceUnlock (write %v)", write), n, func() error {
 		if want != got {
 			return fmt.Errorf("reply: model %v, Redis %v", want, got)
+		}
+		return nil
+	})
+}
+
+// actOtherKind: a lock of another kind on the same name (a reentrant
+// lock's hash: its owner's field, no mode) is taken when the name is free,
+// or released when it holds.
+func (h *rwHarness) actOtherKind(t *rapid.T) {
+	h.m.Advance(h.server)
+	n := len(h.m.Published)
+	if h.m.Holds[model.OtherOwner] > 0 {
+		h.m.OtherUnlock(h.server)
+		h.noErr(t, "other kind's unlock", h.rdb.Del(h.ctx, h.keys.Name).Err())
+		h.end(t, "other kind's unlock", n, func() error { return nil })
+		return
+	}
+	lease := h.dur(t, "lease", 1, 30)
+	want := h.m.OtherLock(h.server, lease)
+	// acquire.lua's rule: take the name when no key is there.
+	got, _, err := h.scripts.Acquire(h.ctx, h.rdb, h.keys, lua.Args{Owner: model.OtherOwner, LeaseMs: lease})
+	h.noErr(t, "other kind's lock", err)
+	h.end(t, fmt.Sprintf("other kind's lock (lease %d)", lease), n, func() error {
+		if want != got {
+			return fmt.Errorf("other kind acquired: model %v, Redis %v", want, got)
 		}
 		return nil
 	})
@@ -361,7 +387,7 @@ func rwDump(ctx context.Context, rdb *redis.Client, names model.RWNames, server 
 		l.Holds[f] = n
 	}
 	if len(hash.Val()) > 0 {
-		if l.Mode == "" {
+		if l.Mode == "" && l.Holds[model.OtherOwner] == 0 {
 			return nil, fmt.Errorf("hash without mode: %v", hash.Val())
 		}
 		l.LeaseEnd = model.NoExpiry
