@@ -207,3 +207,79 @@ func TestWriteUnlockFreesTheLockWhenItsReadsRanOut(t *testing.T) {
 		require.NoError(t, other.WriteLock().Unlock(ctx))
 	}
 }
+
+// Holder-knows (c), ForceUnlock through the half that does not match the
+// lock's mode deletes nothing, so it must not end that half's hold on the
+// client either; one through the matching half deletes the whole lock, the
+// same owner's other half included, so both halves' holds end.
+func TestForceUnlockEndsOnlyWhatItDeleted(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		name := redistest.Prefix(t) + "rw"
+		rw := newRW(t, newClient(t, b.Client(t)), name)
+		require.NoError(t, rw.WriteLock().Lock(ctx))
+		require.NoError(t, rw.ReadLock().Lock(ctx)) // the writer also reads
+		ok, err := rw.ReadLock().ForceUnlock(ctx)
+		require.NoError(t, err)
+		require.False(t, ok, "the read half deleted a write-locked lock")
+		held, err := rw.ReadLock().IsHeld(ctx)
+		require.NoError(t, err)
+		require.True(t, held)
+		select {
+		case <-rw.ReadLock().Done():
+			t.Errorf("the read half's Done closed after a ForceUnlock that deleted nothing (Redis still counts its hold; Err %v)", rw.ReadLock().Err())
+		default:
+		}
+		ok, err = rw.WriteLock().ForceUnlock(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		for _, l := range []*rwlock.Lock{rw.WriteLock(), rw.ReadLock()} {
+			held, err := l.IsHeld(ctx)
+			require.NoError(t, err)
+			require.False(t, held)
+			select {
+			case <-l.Done():
+				assert.NoError(t, l.Err(), "%s: deleted by its own owner's ForceUnlock", half(l, rw))
+			default:
+				t.Errorf("the %s half's Done is open after its owner's ForceUnlock deleted the lock", half(l, rw))
+			}
+		}
+	})
+}
+
+// Holder-knows (c): the writer's explicit lease is covered by the same
+// owner's watchdog read in Redis (they share the hash's TTL), so the write
+// field outlives the lease for as long as the read is renewed, while the
+// client reports the write hold lost when its lease runs out. The client's
+// belief and Redis must agree: once the write half has reported the loss,
+// the write field is given back (internal/core gives back a lost hold's
+// stale field) and another owner's reader gets in beside the remaining read.
+func TestExplicitWriteLeaseUnderOwnWatchdogRead(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	direct := b.Client(t)
+	name := redistest.Prefix(t) + "rw"
+	lease := 3 * time.Second
+	rw := newRW(t, newClient(t, b.Client(t), fairlock.WithLease(lease)), name)
+	other := newRW(t, newClient(t, b.Client(t), fairlock.WithLease(lease)), name)
+	require.NoError(t, rw.WriteLock().LockWithLease(ctx, time.Second))
+	require.NoError(t, rw.ReadLock().Lock(ctx)) // watchdog
+	err := waitDone(t, rw.WriteLock(), 10*time.Second, "the 1 s write hold")
+	require.ErrorIs(t, err, rwlock.ErrLost)
+	var got bool
+	deadline := time.Now().Add(2 * lease)
+	for !got && time.Now().Before(deadline) {
+		got, err = other.ReadLock().TryLock(ctx)
+		require.NoError(t, err)
+		time.Sleep(50 * time.Millisecond)
+	}
+	assert.True(t, got, "the write half reported its hold lost, yet its field keeps the lock write-locked: %s", state(ctx, direct, name))
+	held, err := rw.WriteLock().IsHeld(ctx)
+	require.NoError(t, err)
+	assert.False(t, held, "the write half's field is in Redis after it reported the loss")
+	assert.NoError(t, rw.ReadLock().Err(), "the read half is still held")
+	if got {
+		require.NoError(t, other.ReadLock().Unlock(ctx))
+	}
+	require.NoError(t, rw.ReadLock().Unlock(ctx))
+}

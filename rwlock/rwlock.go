@@ -54,8 +54,9 @@ type RWMutex struct {
 
 // Lock is one half of an RWMutex: the read lock or the write lock.
 type Lock struct {
-	m     *core.Mutex
-	write bool
+	m       *core.Mutex
+	write   bool
+	sibling *Lock // the other half of the same RWMutex
 }
 
 // Option configures an RWMutex.
@@ -112,6 +113,7 @@ func New(c *fairlock.Client, name string, opts ...Option) (*RWMutex, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.sibling, w.sibling = w, r
 	return &RWMutex{read: r, write: w}, nil
 }
 
@@ -230,12 +232,29 @@ func (l *Lock) Unlock(ctx context.Context) error {
 // ForceUnlock deletes the lock, whoever holds it, when it is held in this
 // half's mode (the read half deletes a read-locked lock, the write half a
 // write-locked one), and wakes the waiters. It reports whether a lock was
-// deleted.
+// deleted. When it deleted one, this owner's holds of both halves end as
+// released (Done closed, Err nil); when it deleted nothing, nothing changes,
+// on the client either.
 func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
 	if l.zero() {
 		return false, errZero
 	}
-	return l.m.ForceUnlock(ctx)
+	if ctx == nil {
+		return false, fmt.Errorf("%w: nil context", ErrInvalidValue)
+	}
+	a := lua.Args{PubCmd: l.m.S.PubCmd()}
+	ok, err := core.Call(ctx, func(ctx context.Context) (bool, error) {
+		return l.m.S.Scripts.RWForceUnlock(ctx, l.m.S.RDB, l.m.Keys, a, l.write)
+	})
+	if err != nil {
+		return false, fmt.Errorf("fairlock: force unlock %q: %w", l.m.Keys.Name, err)
+	}
+	if ok {
+		// The whole lock is gone: this owner's holds of both halves.
+		l.m.EndReleased()
+		l.sibling.m.EndReleased()
+	}
+	return ok, nil
 }
 
 // IsLocked reports, for the read half, whether the lock is held in read
