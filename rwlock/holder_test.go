@@ -123,6 +123,9 @@ func TestReadHoldAfterItsLeaseRanOutStartsAfresh(t *testing.T) {
 			if waitKey {
 				key := lua.KeysFor(name).RWTimeoutKey(r1.ReadLock().Owner(), 1)
 				require.Eventually(t, func() bool { return direct.Exists(ctx, key).Val() == 0 }, 10*time.Second, 10*time.Millisecond)
+				held, err := r1.ReadLock().IsHeld(ctx)
+				require.NoError(t, err)
+				assert.False(t, held, "R1's IsHeld after its hold was lost and its key expired: %s", state(ctx, direct, name))
 			}
 
 			require.NoError(t, r1.ReadLock().LockWithLease(ctx, 10*time.Second))

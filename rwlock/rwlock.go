@@ -286,20 +286,60 @@ func (l *Lock) IsLocked(ctx context.Context) (bool, error) {
 	return st.mode == "read" || (st.mode == "write" && st.n > 2), nil
 }
 
-// IsHeld reports whether this half's owner holds it.
+// IsHeld reports whether this half's owner holds it. For the read half, a
+// field whose every hold's key has expired (its lease ran out while other
+// holds kept the lock, and the handle was told it was lost) is not held.
 func (l *Lock) IsHeld(ctx context.Context) (bool, error) {
 	if l.zero() {
 		return false, errZero
 	}
-	return l.m.IsHeld(ctx)
+	if l.write {
+		return l.m.IsHeld(ctx)
+	}
+	n, err := l.readHolds(ctx)
+	return n > 0, err
 }
 
-// HoldCount is this half's hold count in Redis; 0 when it holds none.
+// HoldCount is this half's hold count in Redis; 0 when it holds none. A
+// read field whose every hold's key has expired counts 0 (see IsHeld).
 func (l *Lock) HoldCount(ctx context.Context) (int, error) {
 	if l.zero() {
 		return 0, errZero
 	}
-	return l.m.HoldCount(ctx)
+	if l.write {
+		return l.m.HoldCount(ctx)
+	}
+	return l.readHolds(ctx)
+}
+
+// readHolds is the read half's hold count: the field's count while one of
+// its holds' keys lives, else 0 (the scripts' rule: those holds' leases ran
+// out while other holds kept the hash, and are over).
+func (l *Lock) readHolds(ctx context.Context) (int, error) {
+	return core.Call(ctx, func(ctx context.Context) (int, error) {
+		rdb := l.m.S.RDB
+		n, err := rdb.HGet(ctx, l.m.Keys.Name, l.m.Owner).Int()
+		if errors.Is(err, redis.Nil) || (err == nil && n <= 0) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		pipe := rdb.Pipeline()
+		ttls := make([]*redis.DurationCmd, n)
+		for k := n; k >= 1; k-- {
+			ttls[k-1] = pipe.PTTL(ctx, l.m.Keys.RWTimeoutKey(l.m.Owner, int64(k)))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, err
+		}
+		for _, t := range ttls {
+			if t.Val() > 0 {
+				return n, nil
+			}
+		}
+		return 0, nil
+	})
 }
 
 // RemainingLease is the lock's remaining lease (both halves share it): 0
