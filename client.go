@@ -21,6 +21,7 @@
 package fairlock
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -135,11 +136,14 @@ func WithReplicaAck(timeout time.Duration) Option {
 // a Sentinel-backed client, or any redis.UniversalClient), with any of
 // go-redis's settings: every call the locks make is bounded by its context
 // whether or not rdb has ContextTimeoutEnabled (see docs/design.md). It sends
-// nothing to Redis yet. A nil rdb, typed or not, is refused with
-// ErrInvalidValue. Close does not close rdb.
+// nothing to Redis yet. A nil rdb, typed or not, and a nil option are
+// refused with ErrInvalidValue. Close does not close rdb.
 func NewClient(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	var cfg core.Config
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidValue, i)
+		}
 		o(&cfg)
 	}
 	s, err := core.NewSession(rdb, cfg)

@@ -61,7 +61,8 @@ const Forever = core.Forever
 // exclude each other and hold one place in the queue. Give each goroutine that
 // must be excluded its own handle (New is cheap: it talks to nobody).
 //
-// A Mutex must not be copied after first use.
+// A Mutex must not be copied after first use. Make one with New: on a zero
+// Mutex every call returns an error matching ErrInvalidValue.
 type Mutex struct {
 	m    *core.Mutex
 	slot time.Duration
@@ -92,7 +93,10 @@ func WithWaitSlot(d time.Duration) Option {
 // non-empty; it may carry a Redis hash tag. New does not talk to Redis.
 func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
 	var o options
-	for _, f := range opts {
+	for i, f := range opts {
+		if f == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidValue, i)
+		}
 		f(&o)
 	}
 	if o.slotSet && o.slot < time.Millisecond {
@@ -119,11 +123,29 @@ func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
 	return &Mutex{m: m, slot: o.slot}, nil
 }
 
+// errZero is what every call on a zero fair.Mutex returns.
+var errZero = fmt.Errorf("%w: a zero fair.Mutex (make one with fair.New)", ErrInvalidValue)
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// zero reports a Mutex not made by New (a zero value, or nil).
+func (m *Mutex) zero() bool { return m == nil || m.m == nil }
+
 // Name is the lock's name.
-func (m *Mutex) Name() string { return m.m.Keys.Name }
+func (m *Mutex) Name() string {
+	if m.zero() {
+		return ""
+	}
+	return m.m.Keys.Name
+}
 
 // Owner is the owner id this handle writes into the lock and the queue.
-func (m *Mutex) Owner() string { return m.m.Owner }
+func (m *Mutex) Owner() string {
+	if m.zero() {
+		return ""
+	}
+	return m.m.Owner
+}
 
 // Lock acquires the lock, queueing behind earlier waiters and waiting as
 // long as ctx allows. The watchdog keeps the lock until Unlock. If ctx ends
@@ -135,6 +157,9 @@ func (m *Mutex) Owner() string { return m.m.Owner }
 // attempt (as in Redisson), losing its place. Its own attempts never prune
 // it.
 func (m *Mutex) Lock(ctx context.Context) error {
+	if m.zero() {
+		return errZero
+	}
 	_, err := m.Acquire(ctx, AcquireOptions{Wait: Forever})
 	return err
 }
@@ -142,6 +167,9 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // LockWithLease is Lock with an explicit lease: the lock frees itself after
 // lease unless unlocked first, and no watchdog renews it.
 func (m *Mutex) LockWithLease(ctx context.Context, lease time.Duration) error {
+	if m.zero() {
+		return errZero
+	}
 	if lease <= 0 {
 		return fmt.Errorf("%w: lease %v", ErrInvalidValue, lease)
 	}
@@ -153,6 +181,9 @@ func (m *Mutex) LockWithLease(ctx context.Context, lease time.Duration) error {
 // fails while anyone is queued, even if the lock is free: the queue goes
 // first.
 func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
 	return m.m.Acquire(ctx, core.AcquireOpts{})
 }
 
@@ -161,6 +192,9 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 // makes one queued attempt. A lease of 0 means the watchdog keeps the lock.
 // When the wait runs out it leaves the queue and reports false, nil.
 func (m *Mutex) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
 	if wait < 0 {
 		return false, fmt.Errorf("%w: wait %v", ErrInvalidValue, wait)
 	}
@@ -183,6 +217,9 @@ type AcquireOptions struct {
 // lock (wait exhausted, ctx ended, an error) leaves the queue with the same
 // slot it joined with.
 func (m *Mutex) Acquire(ctx context.Context, o AcquireOptions) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
 	if o.Slot < 0 {
 		return false, fmt.Errorf("%w: wait slot %v", ErrInvalidValue, o.Slot)
 	}
@@ -200,24 +237,52 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOptions) (bool, error) {
 // refused, whichever fair engine queued waiters on the name.
 // When ctx ends, before or during the call, it still runs to completion on a
 // fresh context bounded by the client's cleanup timeout.
-func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
+func (m *Mutex) Unlock(ctx context.Context) error {
+	if m.zero() {
+		return errZero
+	}
+	return m.m.Unlock(ctx)
+}
 
 // ForceUnlock deletes the lock whoever holds it and wakes the head of the
 // queue and the waiter behind it. It reports whether a lock was deleted.
-func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) { return m.m.ForceUnlock(ctx) }
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
+	return m.m.ForceUnlock(ctx)
+}
 
 // IsLocked reports whether anyone holds the lock.
-func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return m.m.IsLocked(ctx) }
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
+	return m.m.IsLocked(ctx)
+}
 
 // IsHeld reports whether this handle's owner holds the lock.
-func (m *Mutex) IsHeld(ctx context.Context) (bool, error) { return m.m.IsHeld(ctx) }
+func (m *Mutex) IsHeld(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
+	return m.m.IsHeld(ctx)
+}
 
 // HoldCount is this owner's hold count in Redis; 0 when it does not hold it.
-func (m *Mutex) HoldCount(ctx context.Context) (int, error) { return m.m.HoldCount(ctx) }
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
+	if m.zero() {
+		return 0, errZero
+	}
+	return m.m.HoldCount(ctx)
+}
 
 // RemainingLease is the lock's remaining lease: 0 when nobody holds it,
 // NoExpiry when it has no lease.
 func (m *Mutex) RemainingLease(ctx context.Context) (time.Duration, error) {
+	if m.zero() {
+		return 0, errZero
+	}
 	return m.m.RemainingLease(ctx)
 }
 
@@ -225,12 +290,22 @@ func (m *Mutex) RemainingLease(ctx context.Context) (time.Duration, error) {
 // ends: the last Unlock, a ForceUnlock through this handle, or the loss of
 // the lock. Err then says which. When the handle holds nothing the channel is
 // already closed.
-func (m *Mutex) Done() <-chan struct{} { return m.m.Done() }
+func (m *Mutex) Done() <-chan struct{} {
+	if m.zero() {
+		return closedChan
+	}
+	return m.m.Done()
+}
 
 // Err is nil while the lock is held and after a release; after a loss it
 // is an error matching ErrLost that says why; after the client was closed
 // with the lock held, one matching ErrClosed.
-func (m *Mutex) Err() error { return m.m.Err() }
+func (m *Mutex) Err() error {
+	if m.zero() {
+		return errZero
+	}
+	return m.m.Err()
+}
 
 // ValidUntil is the local instant until which this handle's current hold is
 // known to be valid: the send time of its latest acquisition or confirmed
@@ -238,7 +313,12 @@ func (m *Mutex) Err() error { return m.m.Err() }
 // Redis cannot expire the lock before then; Done closes when it passes with
 // no renewal confirmed. Check it before a write that must happen under the
 // lock (or, better, use a fencing token). Zero when nothing is held.
-func (m *Mutex) ValidUntil() time.Time { return m.m.ValidUntil() }
+func (m *Mutex) ValidUntil() time.Time {
+	if m.zero() {
+		return time.Time{}
+	}
+	return m.m.ValidUntil()
+}
 
 // engine is either fair engine: the same script bodies and wrappers, over
 // the engine's own queue representation (set).

@@ -22,6 +22,9 @@ import (
 // owner. Send it with every write the lock protects and let the resource
 // refuse writes with an older token (package fence).
 func (m *Mutex) LockAndGetToken(ctx context.Context) (int64, error) {
+	if m.zero() {
+		return 0, errZero
+	}
 	var token int64
 	_, err := m.m.Acquire(ctx, core.AcquireOpts{Wait: Forever, Slot: m.slot, Queue: true, Token: &token})
 	if err != nil {
@@ -33,6 +36,9 @@ func (m *Mutex) LockAndGetToken(ctx context.Context) (int64, error) {
 // TryLockAndGetToken is TryLockFor returning the fencing token when it
 // acquired (ok true).
 func (m *Mutex) TryLockAndGetToken(ctx context.Context, wait, lease time.Duration) (token int64, ok bool, err error) {
+	if m.zero() {
+		return 0, false, errZero
+	}
 	if wait < 0 {
 		return 0, false, fmt.Errorf("%w: wait %v", ErrInvalidValue, wait)
 	}
@@ -51,4 +57,9 @@ func (m *Mutex) TryLockAndGetToken(ctx context.Context, wait, lease time.Duratio
 // name (by a fair or a fenced lock), whoever holds it now; 0 when no token
 // was ever issued on this name. It is the holder's token only while the
 // holder holds the lock.
-func (m *Mutex) Token(ctx context.Context) (int64, error) { return m.m.Token(ctx) }
+func (m *Mutex) Token(ctx context.Context) (int64, error) {
+	if m.zero() {
+		return 0, errZero
+	}
+	return m.m.Token(ctx)
+}

@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"testing"
 
@@ -122,4 +123,61 @@ func TestWriteBadInput(t *testing.T) {
 	require.Error(t, err)
 	assert.False(t, errors.Is(err, fence.ErrInvalidToken))
 	assert.Equal(t, int64(0), rdb.Exists(ctx, "k").Val())
+	// Fences that are not canonical int64 decimals (they cannot be compared
+	// exactly as strings): errors, nothing written.
+	for _, bad := range []string{"9223372036854775808", "007", "-1", "5.0", "1e3"} {
+		rdb.Set(ctx, fk, bad, 0)
+		_, err = fence.Write(ctx, rdb, "k", 1, fence.Set("v"))
+		require.Error(t, err, "fence %q", bad)
+		assert.Equal(t, int64(0), rdb.Exists(ctx, "k").Val(), "fence %q", bad)
+	}
+}
+
+// Issue 19, case 6: tokens are compared exactly over the whole int64
+// range. Above 2^53 a Lua number (a double) cannot tell 2^53 from 2^53+1,
+// so an older token compared equal to a newer one and its write was
+// applied.
+func TestWriteComparesLargeTokensExactly(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Client(t)
+		ctx := context.Background()
+		key := redistest.Prefix(t) + "seat"
+		const big = int64(1) << 53
+		for _, c := range []struct{ newer, older int64 }{
+			{big + 1, big},
+			{big + 2, big + 1},
+			{math.MaxInt64, math.MaxInt64 - 1},
+			{1000000000000000001, 999999999999999999}, // lengths differ
+		} {
+			require.NoError(t, rdb.Del(ctx, key).Err())
+			fk, _ := fence.Key(key)
+			require.NoError(t, rdb.Del(ctx, fk).Err())
+			r, err := fence.Write(ctx, rdb, key, c.newer, fence.Set("new"))
+			require.NoError(t, err)
+			assert.Equal(t, fence.Result{Accepted: true, Last: c.newer}, r, "token %d", c.newer)
+			r, err = fence.Write(ctx, rdb, key, c.older, fence.Set("stale"))
+			require.NoError(t, err)
+			assert.Equal(t, fence.Result{Accepted: false, Last: c.newer}, r, "token %d after %d", c.older, c.newer)
+			v, _ := rdb.Get(ctx, key).Result()
+			assert.Equal(t, "new", v, "the older token %d wrote over the newer %d", c.older, c.newer)
+			last, err := fence.Last(ctx, rdb, key)
+			require.NoError(t, err)
+			assert.Equal(t, c.newer, last)
+			// The same token again is accepted, and a newer one moves the
+			// fence exactly.
+			r, err = fence.Write(ctx, rdb, key, c.newer, fence.Set("again"))
+			require.NoError(t, err)
+			assert.Equal(t, fence.Result{Accepted: true, Last: c.newer}, r)
+		}
+		// Above 2^53 on a fresh fence: accepted, and the fence is that
+		// token exactly.
+		fk, _ := fence.Key(key)
+		require.NoError(t, rdb.Del(ctx, key, fk).Err())
+		r, err := fence.Write(ctx, rdb, key, big+3, fence.Set("x"))
+		require.NoError(t, err)
+		assert.Equal(t, fence.Result{Accepted: true, Last: big + 3}, r)
+		last, err := fence.Last(ctx, rdb, key)
+		require.NoError(t, err)
+		assert.Equal(t, big+3, last)
+	})
 }

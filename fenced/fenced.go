@@ -44,7 +44,8 @@ const NoExpiry = core.NoExpiry
 // those of reentrant.Mutex: each handle is one owner; goroutines sharing a
 // handle re-enter rather than exclude each other.
 //
-// A Mutex must not be copied after first use.
+// A Mutex must not be copied after first use. Make one with New: on a zero
+// Mutex every call returns an error matching ErrInvalidValue.
 type Mutex struct {
 	m *core.Mutex
 }
@@ -62,7 +63,10 @@ func WithThreadID(id int64) Option { return func(o *options) { o.threadID = id }
 // non-empty; it may carry a Redis hash tag. New does not talk to Redis.
 func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
 	var o options
-	for _, f := range opts {
+	for i, f := range opts {
+		if f == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidValue, i)
+		}
 		f(&o)
 	}
 	// core.NewMutex refuses a nil client and a negative thread id.
@@ -74,19 +78,45 @@ func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
 	return &Mutex{m: m}, nil
 }
 
+// errZero is what every call on a zero fenced.Mutex returns.
+var errZero = fmt.Errorf("%w: a zero fenced.Mutex (make one with fenced.New)", ErrInvalidValue)
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// zero reports a Mutex not made by New (a zero value, or nil).
+func (m *Mutex) zero() bool { return m == nil || m.m == nil }
+
 // Name is the lock's name.
-func (m *Mutex) Name() string { return m.m.Keys.Name }
+func (m *Mutex) Name() string {
+	if m.zero() {
+		return ""
+	}
+	return m.m.Keys.Name
+}
 
 // Owner is the owner id this handle writes into the lock.
-func (m *Mutex) Owner() string { return m.m.Owner }
+func (m *Mutex) Owner() string {
+	if m.zero() {
+		return ""
+	}
+	return m.m.Owner
+}
 
 // TokenKey is the Redis key of the lock's token counter,
 // "redisson_lock_token:{name}".
-func (m *Mutex) TokenKey() string { return m.m.Keys.Token() }
+func (m *Mutex) TokenKey() string {
+	if m.zero() {
+		return ""
+	}
+	return m.m.Keys.Token()
+}
 
 // LockAndGetToken acquires the lock (waiting as long as ctx allows, the
 // watchdog keeping it until Unlock) and returns this acquisition's token.
 func (m *Mutex) LockAndGetToken(ctx context.Context) (int64, error) {
+	if m.zero() {
+		return 0, errZero
+	}
 	var token int64
 	if _, err := m.m.Acquire(ctx, core.AcquireOpts{Wait: core.Forever, Token: &token}); err != nil {
 		return 0, err
@@ -99,6 +129,9 @@ func (m *Mutex) LockAndGetToken(ctx context.Context) (int64, error) {
 // renews it. (Redisson's lockAndGetToken(lease, unit) ignores its lease and
 // lets the watchdog keep the lock; here the lease is used.)
 func (m *Mutex) LockAndGetTokenWithLease(ctx context.Context, lease time.Duration) (int64, error) {
+	if m.zero() {
+		return 0, errZero
+	}
 	if lease <= 0 {
 		return 0, fmt.Errorf("%w: lease %v", ErrInvalidValue, lease)
 	}
@@ -114,6 +147,9 @@ func (m *Mutex) LockAndGetTokenWithLease(ctx context.Context, lease time.Duratio
 // token is this acquisition's token; when the wait ran out, ok is false
 // with a nil error.
 func (m *Mutex) TryLockAndGetToken(ctx context.Context, wait, lease time.Duration) (token int64, ok bool, err error) {
+	if m.zero() {
+		return 0, false, errZero
+	}
 	if wait < 0 {
 		return 0, false, fmt.Errorf("%w: wait %v", ErrInvalidValue, wait)
 	}
@@ -128,17 +164,28 @@ func (m *Mutex) TryLockAndGetToken(ctx context.Context, wait, lease time.Duratio
 // acquisition on this name, by any owner; 0 when none was ever issued. It
 // is this handle's token only while this handle holds the lock and has not
 // re-entered since.
-func (m *Mutex) Token(ctx context.Context) (int64, error) { return m.m.Token(ctx) }
+func (m *Mutex) Token(ctx context.Context) (int64, error) {
+	if m.zero() {
+		return 0, errZero
+	}
+	return m.m.Token(ctx)
+}
 
 // Lock acquires the lock as LockAndGetToken does and discards the token (it
 // was still INCRed, as in Redisson).
 func (m *Mutex) Lock(ctx context.Context) error {
+	if m.zero() {
+		return errZero
+	}
 	_, err := m.LockAndGetToken(ctx)
 	return err
 }
 
 // LockWithLease is LockAndGetTokenWithLease discarding the token.
 func (m *Mutex) LockWithLease(ctx context.Context, lease time.Duration) error {
+	if m.zero() {
+		return errZero
+	}
 	_, err := m.LockAndGetTokenWithLease(ctx, lease)
 	return err
 }
@@ -146,11 +193,17 @@ func (m *Mutex) LockWithLease(ctx context.Context, lease time.Duration) error {
 // TryLock makes one attempt and does not wait (the token is INCRed when it
 // acquires, and discarded).
 func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
 	return m.m.Acquire(ctx, core.AcquireOpts{})
 }
 
 // TryLockFor is TryLockAndGetToken discarding the token.
 func (m *Mutex) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
 	_, ok, err := m.TryLockAndGetToken(ctx, wait, lease)
 	return ok, err
 }
@@ -158,38 +211,81 @@ func (m *Mutex) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool
 // Unlock releases one hold (the reentrant lock's unlock, with its latch).
 // It returns ErrNotHeld, changing nothing, when this owner does not hold
 // the lock. The token key is never touched by a release.
-func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
+func (m *Mutex) Unlock(ctx context.Context) error {
+	if m.zero() {
+		return errZero
+	}
+	return m.m.Unlock(ctx)
+}
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It
 // reports whether a lock was deleted.
-func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) { return m.m.ForceUnlock(ctx) }
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
+	return m.m.ForceUnlock(ctx)
+}
 
 // IsLocked reports whether anyone holds the lock.
-func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return m.m.IsLocked(ctx) }
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
+	return m.m.IsLocked(ctx)
+}
 
 // IsHeld reports whether this handle's owner holds the lock.
-func (m *Mutex) IsHeld(ctx context.Context) (bool, error) { return m.m.IsHeld(ctx) }
+func (m *Mutex) IsHeld(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
+	return m.m.IsHeld(ctx)
+}
 
 // HoldCount is this owner's hold count in Redis; 0 when it does not hold it.
-func (m *Mutex) HoldCount(ctx context.Context) (int, error) { return m.m.HoldCount(ctx) }
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
+	if m.zero() {
+		return 0, errZero
+	}
+	return m.m.HoldCount(ctx)
+}
 
 // RemainingLease is the lock's remaining lease: 0 when nobody holds it,
 // NoExpiry when it has no lease.
 func (m *Mutex) RemainingLease(ctx context.Context) (time.Duration, error) {
+	if m.zero() {
+		return 0, errZero
+	}
 	return m.m.RemainingLease(ctx)
 }
 
 // Done returns a channel closed when this handle's current hold ends (see
 // reentrant.Mutex.Done).
-func (m *Mutex) Done() <-chan struct{} { return m.m.Done() }
+func (m *Mutex) Done() <-chan struct{} {
+	if m.zero() {
+		return closedChan
+	}
+	return m.m.Done()
+}
 
 // Err says why the most recent hold ended (see reentrant.Mutex.Err).
-func (m *Mutex) Err() error { return m.m.Err() }
+func (m *Mutex) Err() error {
+	if m.zero() {
+		return errZero
+	}
+	return m.m.Err()
+}
 
 // ValidUntil is the local instant until which the current hold is known to
 // be valid (see reentrant.Mutex.ValidUntil). A token makes a write safe
 // even past it: the resource refuses it once a newer token was seen.
-func (m *Mutex) ValidUntil() time.Time { return m.m.ValidUntil() }
+func (m *Mutex) ValidUntil() time.Time {
+	if m.zero() {
+		return time.Time{}
+	}
+	return m.m.ValidUntil()
+}
 
 // engine is the reentrant lock's engine with fenced_acquire.lua.
 type engine struct{ core.ReentrantEngine }

@@ -12,6 +12,8 @@
 -- ARGV[4]  latch lifetime in milliseconds (0: no latch)
 --
 -- Readers share the lock; the owner holding the write lock may also read.
+-- A caller's field whose every read-hold key has expired is replaced by a
+-- new hold (count 1), not re-entered.
 -- The lock's TTL becomes the larger of its TTL and the lease, so it never
 -- drops below another hold's lease. Reply: "OK" when ARGV[2] now holds a
 -- read hold (Redisson: nil), else the lock's PTTL (-1: no expiry).
@@ -21,6 +23,12 @@ if replay then
 end
 local lease = tonumber(ARGV[1])
 local mode = redis.call('hget', KEYS[1], 'mode')
+-- Not in Redisson: a hash with no "mode" is a lock of another kind on the
+-- same name (reentrant, fair, fenced), held by its owner: it keeps both
+-- halves out (Redisson took it, writing "mode" into the other lock's hash).
+if mode == false and redis.call('exists', KEYS[1]) == 1 then
+    return redis.call('pttl', KEYS[1])
+end
 if mode == false then
     redis.call('hset', KEYS[1], 'mode', 'read')
     redis.call('hset', KEYS[1], ARGV[2], 1)
@@ -31,6 +39,24 @@ if mode == false then
     return 'OK'
 end
 if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+    -- Not in Redisson: a field of the caller whose holds' keys have all
+    -- expired is a hold whose lease ran out while other holds kept the
+    -- hash (its client was told it was lost); it is not re-entered (the
+    -- count would then be one more than the client knows of) but replaced
+    -- by a new hold.
+    local n = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+    if n then
+        local live = false
+        for k = n, 1, -1 do
+            if redis.call('pttl', KEYS[2] .. ':' .. k) > 0 then
+                live = true
+                break
+            end
+        end
+        if not live then
+            redis.call('hdel', KEYS[1], ARGV[2])
+        end
+    end
     local k = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     local key = KEYS[2] .. ':' .. k
     redis.call('set', key, 1)

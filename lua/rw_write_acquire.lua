@@ -18,6 +18,12 @@ if replay then
 end
 local lease = tonumber(ARGV[1])
 local mode = redis.call('hget', KEYS[1], 'mode')
+-- Not in Redisson: a hash with no "mode" is a lock of another kind on the
+-- same name (reentrant, fair, fenced), held by its owner: it keeps both
+-- halves out (Redisson took it, writing "mode" into the other lock's hash).
+if mode == false and redis.call('exists', KEYS[1]) == 1 then
+    return redis.call('pttl', KEYS[1])
+end
 if mode == false then
     redis.call('hset', KEYS[1], 'mode', 'write')
     redis.call('hset', KEYS[1], ARGV[2], 1)

@@ -81,7 +81,7 @@ func (s *Scripts) WriteAcquire(ctx context.Context, rdb redis.Scripter, k Keys, 
 // LeaseMs, RequestID, LatchMs, PubCmd).
 func (s *Scripts) WriteUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
 	return unlockResult(s.Script(FileRWWriteUnlock).Run(ctx, rdb,
-		[]string{k.Name, k.RWChannel(), k.Latch(a.RequestID)},
+		[]string{k.Name, k.RWChannel(), k.Latch(a.RequestID), RWKeyPrefix(k.Name)},
 		ReadUnlockMessage, a.LeaseMs, a.Owner, a.pubCmd(), a.LatchMs))
 }
 

@@ -18,6 +18,8 @@ import (
 // frees the lock, "1" when a writer releases its last write hold.
 //
 // The rules, as Redisson's (reference section 7) except where marked:
+//   - a hash with no "mode" is a lock of another kind (reentrant, fair,
+//     fenced) on the same name: it keeps both halves out (Redisson took it);
 //   - a free lock is taken by either half; a read-locked lock is shared by
 //     every reader; a write-locked lock admits only its writer, to re-enter
 //     or to read; no upgrade: any read hold keeps every writer out;
@@ -35,10 +37,19 @@ import (
 //     for a read unlock that leaves other owners' holds);
 //   - an unlock of a free lock publishes but stores no latch (H5);
 //   - a write unlock that leaves the writer's reads switches to read mode
-//     and publishes "1" (Redisson: no message);
+//     and publishes "1" (Redisson: no message), with the lease of its
+//     longest read hold's key; when none of those keys lives it frees the
+//     lock (Redisson: read mode with the writer's lease all the same), so a
+//     read-locked lock never outlives its longest read hold;
+//   - a reader whose read-hold keys have all expired while other holds kept
+//     the hash holds nothing (not in Redisson): its next acquisition
+//     replaces its field with a new hold (count 1) instead of re-entering
+//     it, and its unlock removes the field whole and replies NotHeld;
 //   - renewal sets every read-hold key of the owner (writing an expired one
 //     again), and the lock, to the larger of its TTL and the lease
-//     (Redisson: to the lease, and an expired key stays gone).
+//     (Redisson: to the lease, and an expired key stays gone); a reader
+//     whose keys have all expired is not renewed (Redisson renews it: a
+//     late renewal brought a lost hold back, issue 19 case 5).
 
 // ReadUnlockMessage is what a write unlock publishes: wake every waiter.
 const ReadUnlockMessage = "1"
@@ -99,6 +110,37 @@ func NewRW(name string) *RW {
 	return &RW{names: RWNamesFor(name), Holds: map[string]int64{}, Timeouts: map[string]int64{}, Latches: map[string]Latch{}}
 }
 
+// free reports a lock nobody holds. A hash with holds but no mode is a
+// lock of another kind on the same name (reentrant, fair, fenced): held,
+// and it keeps both halves out (not in Redisson, which took it).
+func (l *RW) free() bool { return l.Mode == "" && len(l.Holds) == 0 }
+
+// OtherOwner is the owner of a lock of another kind, in OtherLock.
+const OtherOwner = "other:1"
+
+// OtherLock is a lock of another kind (a reentrant lock, say) taking the
+// free name for leaseMs: a hash with its owner's field and no mode. It
+// reports false, changing nothing, when the name is held.
+func (l *RW) OtherLock(server int64, leaseMs int64) bool {
+	l.Advance(server)
+	if !l.free() {
+		return false
+	}
+	l.Holds[OtherOwner] = 1
+	l.LeaseEnd = server + leaseMs
+	return true
+}
+
+// OtherUnlock is that lock's release: it deletes the hash when held by it.
+func (l *RW) OtherUnlock(server int64) bool {
+	l.Advance(server)
+	if l.Mode != "" || l.Holds[OtherOwner] == 0 {
+		return false
+	}
+	clear(l.Holds)
+	return true
+}
+
 // Names are the lock's names.
 func (l *RW) Names() RWNames { return l.names }
 
@@ -114,7 +156,7 @@ func (l *RW) Clone() *RW {
 
 // Advance expires what has expired by server time server.
 func (l *RW) Advance(server int64) {
-	if l.Mode != "" && l.LeaseEnd != NoExpiry && l.LeaseEnd <= server {
+	if !l.free() && l.LeaseEnd != NoExpiry && l.LeaseEnd <= server {
 		l.Mode = ""
 		clear(l.Holds)
 	}
@@ -134,7 +176,7 @@ func (l *RW) Advance(server int64) {
 func (l *RW) PTTL(server int64) int64 {
 	l.Advance(server)
 	switch {
-	case l.Mode == "":
+	case l.free():
 		return NoLock
 	case l.LeaseEnd == NoExpiry:
 		return NoExpiry
@@ -167,12 +209,15 @@ func (l *RW) latch(requestID string, r UnlockResult, server, latchMs int64) {
 func (l *RW) ReadAcquire(server int64, reader string, leaseMs int64) (acquired bool, ttlMs int64) {
 	l.Advance(server)
 	switch {
-	case l.Mode == "":
+	case l.free():
 		l.Mode = "read"
 		l.Holds[reader] = 1
 		l.Timeouts[l.names.TimeoutKey(reader, 1)] = server + leaseMs
 		l.LeaseEnd = server + leaseMs
-	case l.Mode == "read" || l.Holds[WriterOf(reader)] > 0:
+	case l.Mode == "read" || (l.Mode == "write" && l.Holds[WriterOf(reader)] > 0):
+		if l.Holds[reader] > 0 && !l.readerLive(server, reader) {
+			delete(l.Holds, reader) // a stale field: a new hold replaces it
+		}
 		l.Holds[reader]++
 		l.Timeouts[l.names.TimeoutKey(reader, l.Holds[reader])] = server + leaseMs
 		l.extend(server, leaseMs)
@@ -186,7 +231,7 @@ func (l *RW) ReadAcquire(server int64, reader string, leaseMs int64) (acquired b
 func (l *RW) WriteAcquire(server int64, writer string, leaseMs int64) (acquired bool, ttlMs int64) {
 	l.Advance(server)
 	switch {
-	case l.Mode == "":
+	case l.free():
 		l.Mode = "write"
 		l.Holds[writer] = 1
 		l.LeaseEnd = server + leaseMs
@@ -212,10 +257,25 @@ func (l *RW) ReadUnlock(server int64, reader, requestID string, latchMs int64) U
 	if l.Holds[reader] == 0 {
 		return NotHeld
 	}
-	l.Holds[reader]--
-	left := l.Holds[reader]
-	if left == 0 {
+	// A reader whose keys have all expired: its field is removed whole, the
+	// rest as for a last hold, the reply NotHeld and no latch.
+	stale := !l.readerLive(server, reader)
+	latch := func(r UnlockResult) UnlockResult {
+		if stale {
+			return NotHeld
+		}
+		l.latch(requestID, r, server, latchMs)
+		return r
+	}
+	var left int64
+	if stale {
 		delete(l.Holds, reader)
+	} else {
+		l.Holds[reader]--
+		left = l.Holds[reader]
+		if left == 0 {
+			delete(l.Holds, reader)
+		}
 	}
 	dropped := l.names.TimeoutKey(reader, left+1)
 	if left > 0 {
@@ -230,26 +290,17 @@ func (l *RW) ReadUnlock(server int64, reader, requestID string, latchMs int64) U
 	}
 	if len(l.Holds) > 0 {
 		if l.Mode == "write" {
-			l.latch(requestID, mine, server, latchMs)
-			return mine
+			return latch(mine)
 		}
-		longest := int64(-3)
-		for f, n := range l.Holds {
-			for k := n; k >= 1; k-- {
-				longest = max(longest, l.keyPTTL(server, l.names.TimeoutKey(f, k)))
-			}
-		}
-		if longest > 0 {
+		if longest := l.longestRead(server); longest > 0 {
 			l.LeaseEnd = server + longest
-			l.latch(requestID, mine, server, latchMs)
-			return mine
+			return latch(mine)
 		}
 	}
 	l.Mode = ""
 	clear(l.Holds)
 	l.publish(UnlockMessage)
-	l.latch(requestID, Released, server, latchMs)
-	return Released
+	return latch(Released)
 }
 
 // WriteUnlock is rw_write_unlock.lua for writer.
@@ -271,10 +322,12 @@ func (l *RW) WriteUnlock(server int64, writer string, leaseMs int64, requestID s
 		return StillHeld
 	}
 	delete(l.Holds, writer)
-	if len(l.Holds) == 0 {
-		l.Mode = ""
-	} else {
+	if longest := l.longestRead(server); longest > 0 {
 		l.Mode = "read"
+		l.LeaseEnd = server + longest
+	} else {
+		l.Mode = ""
+		clear(l.Holds)
 	}
 	l.publish(ReadUnlockMessage)
 	l.latch(requestID, Released, server, latchMs)
@@ -309,6 +362,9 @@ func (l *RW) Renew(server int64, owner string, leaseMs int64) bool {
 		return false
 	}
 	if !IsWriter(owner) {
+		if !l.readerLive(server, owner) {
+			return false // its lease is over: a late renewal does not revive it
+		}
 		for k := n; k >= 1; k-- {
 			key := l.names.TimeoutKey(owner, k)
 			l.Timeouts[key] = server + max(l.keyPTTL(server, key), leaseMs)
@@ -316,6 +372,45 @@ func (l *RW) Renew(server int64, owner string, leaseMs int64) bool {
 	}
 	l.extend(server, leaseMs)
 	return true
+}
+
+// longestRead is the longest remaining time of a read hold's key (of holds
+// 1..count of each field), or a negative number when none lives.
+func (l *RW) longestRead(server int64) int64 {
+	longest := int64(-3)
+	for f, n := range l.Holds {
+		for k := n; k >= 1; k-- {
+			longest = max(longest, l.keyPTTL(server, l.names.TimeoutKey(f, k)))
+		}
+	}
+	return longest
+}
+
+// CheckReadLive checks, on a state at server time server, that a lock in
+// read mode lives no longer than its longest read hold (within tol): the
+// lock is never read-locked by nobody.
+func (l *RW) CheckReadLive(server, tol int64) error {
+	if l.Mode != "read" {
+		return nil
+	}
+	longest := l.longestRead(server)
+	if l.LeaseEnd == NoExpiry || longest <= 0 || server+longest < l.LeaseEnd-tol {
+		return fmt.Errorf("read mode until %d, but the longest read hold ends at %d", l.LeaseEnd, server+longest)
+	}
+	return nil
+}
+
+// readerLive reports whether one of reader's read holds' keys (1..its hold
+// count) still lives: a reader whose keys have all expired holds nothing in
+// Redis's terms, though its field may still be in the hash (another hold
+// kept the hash alive).
+func (l *RW) readerLive(server int64, reader string) bool {
+	for k := l.Holds[reader]; k >= 1; k-- {
+		if l.keyPTTL(server, l.names.TimeoutKey(reader, k)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // CheckShape checks the read-write lock's exclusion rule on a state,
@@ -338,9 +433,12 @@ func (l *RW) CheckShape() error {
 	}
 	slices.Sort(writers)
 	slices.Sort(readers)
+	if l.Holds[OtherOwner] > 0 && (l.Mode != "" || len(l.Holds) > 1) {
+		return fmt.Errorf("a lock of another kind's holder %s shares the hash: mode %q, holds %v", OtherOwner, l.Mode, l.Holds)
+	}
 	switch l.Mode {
 	case "":
-		if len(l.Holds) > 0 {
+		if len(l.Holds) > 0 && l.Holds[OtherOwner] == 0 {
 			return fmt.Errorf("no mode but holds %v", l.Holds)
 		}
 	case "write":

@@ -37,7 +37,36 @@ var rwBrokenVariants = []brokenVariant{
 	},
 	{
 		name: "renewal leaves the read holds' keys", machine: rwMachine, file: lua.FileRWRenew,
-		old: "redis.call('set', key, 1, 'px', math.max(t, lease))", new: "local _ = t",
+		old: "redis.call('set', prefix .. ':' .. owner .. ':rwlock_timeout:' .. k, 1, 'px', math.max(ttls[k], lease))", new: "local _ = ttls[k]",
+	},
+	{
+		name: "a late renewal revives a reader whose keys have all expired (issue 19, case 5)", machine: rwMachine, file: lua.FileRWRenew,
+		old: "live = live or t > 0", new: "live = true",
+	},
+	{
+		name: "Redisson's read acquisition re-enters a field whose keys have all expired", machine: rwMachine, file: lua.FileRWReadAcquire,
+		old: "if not live then\n            redis.call('hdel', KEYS[1], ARGV[2])", new: "if false then\n            redis.call('hdel', KEYS[1], ARGV[2])",
+	},
+	{
+		name: "Redisson's read unlock of a field whose keys have all expired drops one hold", machine: rwMachine, file: lua.FileRWReadUnlock,
+		old: "local stale = true\n", new: "local stale = false\n",
+	},
+	{
+		name: "Redisson's write unlock: read mode with the writer's lease, even for reads whose keys have all expired", machine: rwMachine, file: lua.FileRWWriteUnlock,
+		old: "if longest > 0 then\n    redis.call('hset', KEYS[1], 'mode', 'read')\n    redis.call('pexpire', KEYS[1], longest)\n",
+		new: "if redis.call('hlen', KEYS[1]) > 1 then\n    redis.call('hset', KEYS[1], 'mode', 'read')\n",
+	},
+	{
+		name: "write unlock to read mode keeps the writer's lease", machine: rwMachine, file: lua.FileRWWriteUnlock,
+		old: "    redis.call('pexpire', KEYS[1], longest)\n", new: "",
+	},
+	{
+		name: "Redisson's read acquisition takes a lock of another kind (a hash with no mode)", machine: rwMachine, file: lua.FileRWReadAcquire,
+		old: "if mode == false and redis.call('exists', KEYS[1]) == 1 then", new: "if false then",
+	},
+	{
+		name: "Redisson's write acquisition takes a lock of another kind (a hash with no mode)", machine: rwMachine, file: lua.FileRWWriteAcquire,
+		old: "if mode == false and redis.call('exists', KEYS[1]) == 1 then", new: "if false then",
 	},
 	{
 		name: "a shared read hold resets the lock's lease", machine: rwMachine, file: lua.FileRWReadAcquire,
@@ -49,8 +78,8 @@ var rwBrokenVariants = []brokenVariant{
 	},
 	{
 		name: "Redisson's write unlock: no message when the writer's reads remain", machine: rwMachine, file: lua.FileRWWriteUnlock,
-		old: "    redis.call('hset', KEYS[1], 'mode', 'read')\nend\nredis.call(ARGV[4], KEYS[2], ARGV[1])",
-		new: "    redis.call('hset', KEYS[1], 'mode', 'read')\nend\nif redis.call('exists', KEYS[1]) == 0 then redis.call(ARGV[4], KEYS[2], ARGV[1]) end",
+		old: "    redis.call('del', KEYS[1])\nend\nredis.call(ARGV[4], KEYS[2], ARGV[1])",
+		new: "    redis.call('del', KEYS[1])\nend\nif redis.call('exists', KEYS[1]) == 0 then redis.call(ARGV[4], KEYS[2], ARGV[1]) end",
 	},
 	{
 		name: "Redisson's H5: a read unlock of a free lock latches a release", machine: rwMachine, file: lua.FileRWReadUnlock,

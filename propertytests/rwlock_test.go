@@ -72,6 +72,7 @@ func rwMachine(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T) {
 			{"writeAcquire", 2, func(t *rapid.T) { h.acquire(t, model.WriterOf(h.reader(t)), true) }},
 			{"writerReads", 1, h.actWriterReads},
 			{"holderUnlocks", 3, h.actHolderUnlocks},
+			{"writerUnlocks", 1, h.actWriterUnlocks},
 			{"advanceServer", 2, func(t *rapid.T) { h.advance(t, h.dur(t, "d", 0, 10)) }},
 			{"unlock", 1, func(t *rapid.T) {
 				o := h.reader(t)
@@ -82,6 +83,7 @@ func rwMachine(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T) {
 			}},
 			{"renew", 1, h.actRenew},
 			{"forceUnlock", 1, func(t *rapid.T) { h.force(t, rapid.Bool().Draw(t, "write")) }},
+			{"otherKind", 1, h.actOtherKind},
 		}))
 	}
 }
@@ -170,6 +172,19 @@ func (h *rwHarness) actHolderUnlocks(t *rapid.T) {
 	h.unlock(t, rapid.SampledFrom(holders).Draw(t, "holder"))
 }
 
+// actWriterUnlocks: the writer, if any, releases a write hold (its own
+// reads may have run out meanwhile).
+func (h *rwHarness) actWriterUnlocks(t *rapid.T) {
+	h.m.Advance(h.server)
+	for _, o := range slices.Sorted(maps.Keys(h.m.Holds)) {
+		if model.IsWriter(o) {
+			h.unlock(t, o)
+			return
+		}
+	}
+	t.Skip("no writer")
+}
+
 // actWriterReads: the writer, if any, takes a read hold.
 func (h *rwHarness) actWriterReads(t *rapid.T) {
 	h.m.Advance(h.server)
@@ -193,6 +208,31 @@ func (h *rwHarness) force(t *rapid.T, write bool) {
 	h.end(t, fmt.Sprintf("forceUnlock (write %v)", write), n, func() error {
 		if want != got {
 			return fmt.Errorf("reply: model %v, Redis %v", want, got)
+		}
+		return nil
+	})
+}
+
+// actOtherKind: a lock of another kind on the same name (a reentrant
+// lock's hash: its owner's field, no mode) is taken when the name is free,
+// or released when it holds.
+func (h *rwHarness) actOtherKind(t *rapid.T) {
+	h.m.Advance(h.server)
+	n := len(h.m.Published)
+	if h.m.Holds[model.OtherOwner] > 0 {
+		h.m.OtherUnlock(h.server)
+		h.noErr(t, "other kind's unlock", h.rdb.Del(h.ctx, h.keys.Name).Err())
+		h.end(t, "other kind's unlock", n, func() error { return nil })
+		return
+	}
+	lease := h.dur(t, "lease", 1, 30)
+	want := h.m.OtherLock(h.server, lease)
+	// acquire.lua's rule: take the name when no key is there.
+	got, _, err := h.scripts.Acquire(h.ctx, h.rdb, h.keys, lua.Args{Owner: model.OtherOwner, LeaseMs: lease})
+	h.noErr(t, "other kind's lock", err)
+	h.end(t, fmt.Sprintf("other kind's lock (lease %d)", lease), n, func() error {
+		if want != got {
+			return fmt.Errorf("other kind acquired: model %v, Redis %v", want, got)
 		}
 		return nil
 	})
@@ -282,6 +322,9 @@ func (h *rwHarness) checkPromise(got *model.RW) error {
 	if err := got.CheckShape(); err != nil {
 		return err
 	}
+	if err := got.CheckReadLive(h.server, h.tol); err != nil {
+		return err // nobody holds a read, yet writers are kept out
+	}
 	for _, o := range slices.Sorted(maps.Keys(h.promise)) {
 		until := h.promise[o]
 		if until <= h.server {
@@ -344,7 +387,7 @@ func rwDump(ctx context.Context, rdb *redis.Client, names model.RWNames, server 
 		l.Holds[f] = n
 	}
 	if len(hash.Val()) > 0 {
-		if l.Mode == "" {
+		if l.Mode == "" && l.Holds[model.OtherOwner] == 0 {
 			return nil, fmt.Errorf("hash without mode: %v", hash.Val())
 		}
 		l.LeaseEnd = model.NoExpiry

@@ -41,7 +41,8 @@ const NoExpiry = core.NoExpiry
 // exclude each other; give each goroutine that must be excluded its own
 // handle (New is cheap: it talks to nobody).
 //
-// A Mutex must not be copied after first use.
+// A Mutex must not be copied after first use. Make one with New: on a zero
+// Mutex every call returns an error matching ErrInvalidValue.
 type Mutex struct {
 	m *core.Mutex
 }
@@ -60,7 +61,10 @@ func WithThreadID(id int64) Option { return func(o *options) { o.threadID = id }
 // it may carry a Redis hash tag ("{tag}rest"). New does not talk to Redis.
 func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
 	var o options
-	for _, f := range opts {
+	for i, f := range opts {
+		if f == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidValue, i)
+		}
 		f(&o)
 	}
 	// core.NewMutex refuses a nil client and a negative thread id.
@@ -72,17 +76,38 @@ func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
 	return &Mutex{m: m}, nil
 }
 
+// errZero is what every call on a zero Mutex returns.
+var errZero = fmt.Errorf("%w: a zero reentrant.Mutex (make one with reentrant.New)", ErrInvalidValue)
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// zero reports a Mutex not made by New (a zero value, or nil).
+func (m *Mutex) zero() bool { return m == nil || m.m == nil }
+
 // Name is the lock's name.
-func (m *Mutex) Name() string { return m.m.Keys.Name }
+func (m *Mutex) Name() string {
+	if m.zero() {
+		return ""
+	}
+	return m.m.Keys.Name
+}
 
 // Owner is the owner id this handle writes into the lock.
-func (m *Mutex) Owner() string { return m.m.Owner }
+func (m *Mutex) Owner() string {
+	if m.zero() {
+		return ""
+	}
+	return m.m.Owner
+}
 
 // Lock acquires the lock, waiting as long as ctx allows. The watchdog keeps
 // the lock until Unlock (see fairlock.WithLease). If ctx ends first, Lock
 // returns an error matching both ErrCanceled and ctx.Err(), and leaves
 // nothing behind.
 func (m *Mutex) Lock(ctx context.Context) error {
+	if m.zero() {
+		return errZero
+	}
 	_, err := m.m.Acquire(ctx, core.AcquireOpts{Wait: core.Forever})
 	return err
 }
@@ -90,6 +115,9 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // LockWithLease is Lock with an explicit lease: the lock frees itself after
 // lease unless unlocked first, and no watchdog renews it.
 func (m *Mutex) LockWithLease(ctx context.Context, lease time.Duration) error {
+	if m.zero() {
+		return errZero
+	}
 	if lease <= 0 {
 		return fmt.Errorf("%w: lease %v", ErrInvalidValue, lease)
 	}
@@ -100,6 +128,9 @@ func (m *Mutex) LockWithLease(ctx context.Context, lease time.Duration) error {
 // TryLock makes one attempt and does not wait. Contention is reported as
 // false with a nil error.
 func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
 	return m.m.Acquire(ctx, core.AcquireOpts{})
 }
 
@@ -107,6 +138,9 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 // keeps the lock; a positive lease frees it after that long. It reports
 // false with a nil error when the wait ran out.
 func (m *Mutex) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
 	if wait < 0 {
 		return false, fmt.Errorf("%w: wait %v", ErrInvalidValue, wait)
 	}
@@ -118,25 +152,53 @@ func (m *Mutex) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool
 // call, it still runs to completion on a fresh context bounded by the
 // client's cleanup timeout (fairlock.WithCleanupTimeout). A retry
 // after a lost reply returns the first outcome (Redisson's unlock latch).
-func (m *Mutex) Unlock(ctx context.Context) error { return m.m.Unlock(ctx) }
+func (m *Mutex) Unlock(ctx context.Context) error {
+	if m.zero() {
+		return errZero
+	}
+	return m.m.Unlock(ctx)
+}
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It
 // reports whether a lock was deleted. Other holders learn of the loss
 // through their Done channels at their next watchdog renewal.
-func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) { return m.m.ForceUnlock(ctx) }
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
+	return m.m.ForceUnlock(ctx)
+}
 
 // IsLocked reports whether anyone holds the lock.
-func (m *Mutex) IsLocked(ctx context.Context) (bool, error) { return m.m.IsLocked(ctx) }
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
+	return m.m.IsLocked(ctx)
+}
 
 // IsHeld reports whether this handle's owner holds the lock.
-func (m *Mutex) IsHeld(ctx context.Context) (bool, error) { return m.m.IsHeld(ctx) }
+func (m *Mutex) IsHeld(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
+	return m.m.IsHeld(ctx)
+}
 
 // HoldCount is this owner's hold count in Redis; 0 when it does not hold it.
-func (m *Mutex) HoldCount(ctx context.Context) (int, error) { return m.m.HoldCount(ctx) }
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
+	if m.zero() {
+		return 0, errZero
+	}
+	return m.m.HoldCount(ctx)
+}
 
 // RemainingLease is the lock's remaining lease: 0 when nobody holds it,
 // NoExpiry when it has no lease.
 func (m *Mutex) RemainingLease(ctx context.Context) (time.Duration, error) {
+	if m.zero() {
+		return 0, errZero
+	}
 	return m.m.RemainingLease(ctx)
 }
 
@@ -145,12 +207,22 @@ func (m *Mutex) RemainingLease(ctx context.Context) (time.Duration, error) {
 // the lock (the watchdog found it gone or could not renew it in time, or an
 // explicit lease ran out). Err then says which. When the handle holds
 // nothing the channel is already closed.
-func (m *Mutex) Done() <-chan struct{} { return m.m.Done() }
+func (m *Mutex) Done() <-chan struct{} {
+	if m.zero() {
+		return closedChan
+	}
+	return m.m.Done()
+}
 
 // Err is nil while the lock is held and after a release; after a loss it
 // is an error matching ErrLost that says why; after the client was closed
 // with the lock held, one matching ErrClosed.
-func (m *Mutex) Err() error { return m.m.Err() }
+func (m *Mutex) Err() error {
+	if m.zero() {
+		return errZero
+	}
+	return m.m.Err()
+}
 
 // ValidUntil is the local instant until which this handle's current hold is
 // known to be valid: the send time of its latest acquisition or confirmed
@@ -158,4 +230,9 @@ func (m *Mutex) Err() error { return m.m.Err() }
 // Redis cannot expire the lock before then; Done closes when it passes with
 // no renewal confirmed. Check it before a write that must happen under the
 // lock (or, better, use a fencing token). Zero when nothing is held.
-func (m *Mutex) ValidUntil() time.Time { return m.m.ValidUntil() }
+func (m *Mutex) ValidUntil() time.Time {
+	if m.zero() {
+		return time.Time{}
+	}
+	return m.m.ValidUntil()
+}

@@ -45,15 +45,18 @@ const NoExpiry = core.NoExpiry
 // ("<client-uuid>:<thread-id>", Redisson's thread) with a read half and a
 // write half. As with reentrant.Mutex each handle is its own owner; give each
 // goroutine that must be excluded its own handle (New is cheap: it talks to
-// nobody). An RWMutex must not be copied after first use.
+// nobody). An RWMutex must not be copied after first use. Make one with New:
+// on a zero RWMutex (or Lock) every call returns an error matching
+// ErrInvalidValue.
 type RWMutex struct {
 	read, write *Lock
 }
 
 // Lock is one half of an RWMutex: the read lock or the write lock.
 type Lock struct {
-	m     *core.Mutex
-	write bool
+	m       *core.Mutex
+	write   bool
+	sibling *Lock // the other half of the same RWMutex
 }
 
 // Option configures an RWMutex.
@@ -71,7 +74,10 @@ func WithThreadID(id int64) Option { return func(o *options) { o.threadID = id }
 // to Redis.
 func New(c *fairlock.Client, name string, opts ...Option) (*RWMutex, error) {
 	var o options
-	for _, f := range opts {
+	for i, f := range opts {
+		if f == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidValue, i)
+		}
 		f(&o)
 	}
 	if o.threadID < 0 {
@@ -107,31 +113,71 @@ func New(c *fairlock.Client, name string, opts ...Option) (*RWMutex, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.sibling, w.sibling = w, r
 	return &RWMutex{read: r, write: w}, nil
 }
 
+// errZero is what every call on a zero rwlock.RWMutex or Lock returns.
+var errZero = fmt.Errorf("%w: a zero rwlock.RWMutex or Lock (make one with rwlock.New)", ErrInvalidValue)
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// zero reports an RWMutex not made by New (a zero value, or nil).
+func (rw *RWMutex) zero() bool { return rw == nil || rw.read == nil || rw.write == nil }
+
+// zero reports a Lock not made by New (a zero value, or nil).
+func (l *Lock) zero() bool { return l == nil || l.m == nil }
+
 // ReadLock is the read half: shared with other owners' read holds, and
 // with this owner's own write hold.
-func (rw *RWMutex) ReadLock() *Lock { return rw.read }
+func (rw *RWMutex) ReadLock() *Lock {
+	if rw.zero() {
+		return &Lock{}
+	}
+	return rw.read
+}
 
 // WriteLock is the write half: exclusive, except for this owner's own read
 // holds.
-func (rw *RWMutex) WriteLock() *Lock { return rw.write }
+func (rw *RWMutex) WriteLock() *Lock {
+	if rw.zero() {
+		return &Lock{}
+	}
+	return rw.write
+}
 
 // Name is the lock's name.
-func (rw *RWMutex) Name() string { return rw.read.m.Keys.Name }
+func (rw *RWMutex) Name() string {
+	if rw.zero() {
+		return ""
+	}
+	return rw.read.m.Keys.Name
+}
 
 // Name is the lock's name.
-func (l *Lock) Name() string { return l.m.Keys.Name }
+func (l *Lock) Name() string {
+	if l.zero() {
+		return ""
+	}
+	return l.m.Keys.Name
+}
 
 // Owner is the owner id this half writes into the lock: "<uuid>:<tid>" for
 // the read half, "<uuid>:<tid>:write" for the write half.
-func (l *Lock) Owner() string { return l.m.Owner }
+func (l *Lock) Owner() string {
+	if l.zero() {
+		return ""
+	}
+	return l.m.Owner
+}
 
 // Lock acquires this half, waiting as long as ctx allows. The watchdog
 // keeps the hold until Unlock. If ctx ends first, Lock returns an error
 // matching both ErrCanceled and ctx.Err(), and leaves nothing behind.
 func (l *Lock) Lock(ctx context.Context) error {
+	if l.zero() {
+		return errZero
+	}
 	_, err := l.m.Acquire(ctx, core.AcquireOpts{Wait: core.Forever})
 	return err
 }
@@ -139,6 +185,9 @@ func (l *Lock) Lock(ctx context.Context) error {
 // LockWithLease is Lock with an explicit lease: the hold frees itself after
 // lease unless unlocked first, and no watchdog renews it.
 func (l *Lock) LockWithLease(ctx context.Context, lease time.Duration) error {
+	if l.zero() {
+		return errZero
+	}
 	if lease <= 0 {
 		return fmt.Errorf("%w: lease %v", ErrInvalidValue, lease)
 	}
@@ -149,6 +198,9 @@ func (l *Lock) LockWithLease(ctx context.Context, lease time.Duration) error {
 // TryLock makes one attempt and does not wait. Contention is reported as
 // false with a nil error.
 func (l *Lock) TryLock(ctx context.Context) (bool, error) {
+	if l.zero() {
+		return false, errZero
+	}
 	return l.m.Acquire(ctx, core.AcquireOpts{})
 }
 
@@ -156,6 +208,9 @@ func (l *Lock) TryLock(ctx context.Context) (bool, error) {
 // watchdog keeps the hold; a positive lease frees it after that long. It
 // reports false with a nil error when the wait ran out.
 func (l *Lock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if l.zero() {
+		return false, errZero
+	}
 	if wait < 0 {
 		return false, fmt.Errorf("%w: wait %v", ErrInvalidValue, wait)
 	}
@@ -167,18 +222,48 @@ func (l *Lock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool,
 // call, it still runs to completion on a fresh context bounded by the
 // client's cleanup timeout. A retry after a lost reply returns the first
 // outcome (Redisson's unlock latch).
-func (l *Lock) Unlock(ctx context.Context) error { return l.m.Unlock(ctx) }
+func (l *Lock) Unlock(ctx context.Context) error {
+	if l.zero() {
+		return errZero
+	}
+	return l.m.Unlock(ctx)
+}
 
 // ForceUnlock deletes the lock, whoever holds it, when it is held in this
 // half's mode (the read half deletes a read-locked lock, the write half a
 // write-locked one), and wakes the waiters. It reports whether a lock was
-// deleted.
-func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) { return l.m.ForceUnlock(ctx) }
+// deleted. When it deleted one, this owner's holds of both halves end as
+// released (Done closed, Err nil); when it deleted nothing, nothing changes,
+// on the client either.
+func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
+	if l.zero() {
+		return false, errZero
+	}
+	if ctx == nil {
+		return false, fmt.Errorf("%w: nil context", ErrInvalidValue)
+	}
+	a := lua.Args{PubCmd: l.m.S.PubCmd()}
+	ok, err := core.Call(ctx, func(ctx context.Context) (bool, error) {
+		return l.m.S.Scripts.RWForceUnlock(ctx, l.m.S.RDB, l.m.Keys, a, l.write)
+	})
+	if err != nil {
+		return false, fmt.Errorf("fairlock: force unlock %q: %w", l.m.Keys.Name, err)
+	}
+	if ok {
+		// The whole lock is gone: this owner's holds of both halves.
+		l.m.EndReleased()
+		l.sibling.m.EndReleased()
+	}
+	return ok, nil
+}
 
 // IsLocked reports, for the read half, whether the lock is held in read
 // mode or held by a writer that also reads; for the write half, whether it
 // is held in write mode (Redisson's isLocked of each half).
 func (l *Lock) IsLocked(ctx context.Context) (bool, error) {
+	if l.zero() {
+		return false, errZero
+	}
 	type state struct {
 		mode string
 		n    int64
@@ -201,15 +286,68 @@ func (l *Lock) IsLocked(ctx context.Context) (bool, error) {
 	return st.mode == "read" || (st.mode == "write" && st.n > 2), nil
 }
 
-// IsHeld reports whether this half's owner holds it.
-func (l *Lock) IsHeld(ctx context.Context) (bool, error) { return l.m.IsHeld(ctx) }
+// IsHeld reports whether this half's owner holds it. For the read half, a
+// field whose every hold's key has expired (its lease ran out while other
+// holds kept the lock, and the handle was told it was lost) is not held.
+func (l *Lock) IsHeld(ctx context.Context) (bool, error) {
+	if l.zero() {
+		return false, errZero
+	}
+	if l.write {
+		return l.m.IsHeld(ctx)
+	}
+	n, err := l.readHolds(ctx)
+	return n > 0, err
+}
 
-// HoldCount is this half's hold count in Redis; 0 when it holds none.
-func (l *Lock) HoldCount(ctx context.Context) (int, error) { return l.m.HoldCount(ctx) }
+// HoldCount is this half's hold count in Redis; 0 when it holds none. A
+// read field whose every hold's key has expired counts 0 (see IsHeld).
+func (l *Lock) HoldCount(ctx context.Context) (int, error) {
+	if l.zero() {
+		return 0, errZero
+	}
+	if l.write {
+		return l.m.HoldCount(ctx)
+	}
+	return l.readHolds(ctx)
+}
+
+// readHolds is the read half's hold count: the field's count while one of
+// its holds' keys lives, else 0 (the scripts' rule: those holds' leases ran
+// out while other holds kept the hash, and are over).
+func (l *Lock) readHolds(ctx context.Context) (int, error) {
+	return core.Call(ctx, func(ctx context.Context) (int, error) {
+		rdb := l.m.S.RDB
+		n, err := rdb.HGet(ctx, l.m.Keys.Name, l.m.Owner).Int()
+		if errors.Is(err, redis.Nil) || (err == nil && n <= 0) {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		pipe := rdb.Pipeline()
+		ttls := make([]*redis.DurationCmd, n)
+		for k := n; k >= 1; k-- {
+			ttls[k-1] = pipe.PTTL(ctx, l.m.Keys.RWTimeoutKey(l.m.Owner, int64(k)))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return 0, err
+		}
+		for _, t := range ttls {
+			if t.Val() > 0 {
+				return n, nil
+			}
+		}
+		return 0, nil
+	})
+}
 
 // RemainingLease is the lock's remaining lease (both halves share it): 0
 // when nobody holds it, NoExpiry when it has no lease.
 func (l *Lock) RemainingLease(ctx context.Context) (time.Duration, error) {
+	if l.zero() {
+		return 0, errZero
+	}
 	return l.m.RemainingLease(ctx)
 }
 
@@ -217,17 +355,32 @@ func (l *Lock) RemainingLease(ctx context.Context) (time.Duration, error) {
 // ends: its last Unlock, a ForceUnlock through it, or the loss of the lock.
 // Err then says which. When the half holds nothing the channel is already
 // closed.
-func (l *Lock) Done() <-chan struct{} { return l.m.Done() }
+func (l *Lock) Done() <-chan struct{} {
+	if l.zero() {
+		return closedChan
+	}
+	return l.m.Done()
+}
 
 // Err is nil while this half is held and after a release; after a loss it
 // is an error matching ErrLost; after the client was closed with the hold,
 // one matching ErrClosed.
-func (l *Lock) Err() error { return l.m.Err() }
+func (l *Lock) Err() error {
+	if l.zero() {
+		return errZero
+	}
+	return l.m.Err()
+}
 
 // ValidUntil is the local instant until which this half's current hold is
 // known to be valid (see reentrant.Mutex.ValidUntil). Zero when nothing is
 // held.
-func (l *Lock) ValidUntil() time.Time { return l.m.ValidUntil() }
+func (l *Lock) ValidUntil() time.Time {
+	if l.zero() {
+		return time.Time{}
+	}
+	return l.m.ValidUntil()
+}
 
 type engine struct {
 	s     *core.Session
