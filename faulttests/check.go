@@ -55,18 +55,22 @@ func lossEvents(h *History, lock string) []lossEvent {
 // call that took it (oldFrom): its acquisition may have run in Redis before
 // a ForceUnlock whose deletion its reply, arriving later, could not report
 // (ForceUnlock's documented rule: the holder learns of it within its
-// lease).
+// lease). Every event between the starts is tried: an early one the old
+// window outlived does not hide a later one that excuses it.
 func excused(old, nw *Window, oldFrom time.Duration, es []lossEvent) (bool, string) {
 	oe, _ := old.End()
+	why := ""
 	for _, e := range es {
 		if min(old.Start, oldFrom) < e.end && nw.Start > e.start {
 			if e.end != Never && oe <= e.end+old.Lease+old.tolerance() {
 				return true, ""
 			}
-			return false, fmt.Sprintf("; after %s at %s the old holder's window should have ended within its lease %v, by %s", e.what, ts(e.start), old.Lease, ts(e.end+old.Lease))
+			if why == "" {
+				why = fmt.Sprintf("; after %s at %s the old holder's window should have ended within its lease %v, by %s", e.what, ts(e.start), old.Lease, ts(e.end+old.Lease))
+			}
 		}
 	}
-	return false, ""
+	return false, why
 }
 
 // excusedEither: the overlap of a (began first) and b is excused with
