@@ -44,7 +44,7 @@ type Mutex struct {
 	WatchKind watchdog.Kind
 
 	mu       sync.Mutex
-	settling []<-chan struct{} // give-backs of abandoned requests still running
+	settling []<-chan struct{} // give-backs and queue give-ups of abandoned requests still running
 	holds    int               // holds this handle has taken and not released
 	cur      *hold             // the current hold; nil when not held
 	last     *hold             // the hold that ended most recently
@@ -330,8 +330,8 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	}
 }
 
-// settle waits until the give-backs of this handle's abandoned requests are
-// done (see cleanup), or ctx ends.
+// settle waits until the give-backs and queue give-ups of this handle's
+// abandoned requests are done (see cleanup), or ctx ends.
 func (m *Mutex) settle(ctx context.Context) error {
 	for {
 		m.mu.Lock()
@@ -434,10 +434,13 @@ func (m *Mutex) cleanup(a lua.Args, queued, suspect bool, slot time.Duration) {
 	// CleanupTime: a call still in flight then is not abandoned and sent
 	// again, it goes on (a slow network costs its round trips once).
 	done := m.S.runCleanup(time.Now().Add(max(slot, cfg.Lease, cfg.LatchTTL)), !queued, work)
-	if suspect {
+	if suspect || queued {
 		// Until it is settled, this handle's next acquisitions wait: a hold
 		// a copy took must be given back before the handle can hold anew,
-		// or the give-back could release the new hold instead.
+		// or the give-back could release the new hold instead; and the
+		// owner must have left the queue before it joins again, or the
+		// give-up (which removes the owner's entry, whichever call made
+		// it) could take the new call's place away.
 		m.mu.Lock()
 		m.settling = append(m.settling, done)
 		m.mu.Unlock()
