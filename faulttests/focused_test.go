@@ -546,6 +546,7 @@ func joinedSince(e *Env, h *Handle, from, d time.Duration) bool {
 // granted after it"; its give-up of the call that ended at 14.276s ran at
 // 14.304s in another run of the seed, 0.1 s after the owner's new join).
 func TestFairGiveUpBeforeRejoin(t *testing.T) {
+	t.Parallel() // it mostly waits
 	eachKind(t, fairKinds, func(t *testing.T, k LockKind) {
 		e := NewSingle(t)
 		s := e.Script()
@@ -593,9 +594,11 @@ func TestFairGiveUpBeforeRejoin(t *testing.T) {
 		if !joinedSince(e, y, yAt, 5*time.Second) {
 			t.Fatal("y never queued")
 		}
-		// Longer than the background retry's longest backoff (5 s): a
-		// give-up still pending would have landed by now.
-		time.Sleep(6 * time.Second)
+		// The background retry's backoff doubles from 100 ms: the try
+		// after the network came back is due about 1 s later. A give-up
+		// still pending would have landed by now (before the fix it
+		// always had).
+		time.Sleep(4 * time.Second)
 		_ = s.Unlock(h, 5*time.Second)
 		if a, b := <-order, <-order; a != "x" || b != "y" {
 			t.Errorf("granted %s then %s; x queued (again) before y", a, b)
