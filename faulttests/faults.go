@@ -213,8 +213,10 @@ func (e *Env) FailoverSentinel() {
 		victim = e.Sentinels.Replica
 	}
 	victim.Kill()
+	promoted := ""
 	for ctx.Err() == nil {
 		if a, err := e.Sentinels.MasterAddr(ctx); err == nil && a != old {
+			promoted = a
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -222,8 +224,11 @@ func (e *Env) FailoverSentinel() {
 	e.H.EndFault(i)
 	if ctx.Err() != nil {
 		e.T.Errorf("the Sentinels did not promote the replica of %s", old)
+		return
 	}
-	if err := victim.Restart(); err != nil { // it comes back as a replica
+	// It comes back as a replica of the promoted one, never as an empty
+	// primary (redistest.Sentinels.RestartAsReplica says why).
+	if err := e.Sentinels.RestartAsReplica(victim, promoted); err != nil {
 		e.T.Errorf("restart %s: %v", old, err)
 	}
 }

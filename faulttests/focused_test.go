@@ -513,3 +513,96 @@ func TestFairTryLockForKeepsItsPlace(t *testing.T) {
 		s.Check(t)
 	})
 }
+
+// joinedSince waits until h's owner has a queue join sent at or after
+// from, or until d passes; it reports whether one came.
+func joinedSince(e *Env, h *Handle, from, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		found := false
+		e.H.Update(func() {
+			for _, j := range e.H.Joins {
+				if j.Owner == h.L.Owner() && j.Start >= from {
+					found = true
+				}
+			}
+		})
+		if found {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+// A waiter whose give-up cannot reach Redis when its wait ends (its
+// network is down: in TestReplicaFailover, a failover) leaves the give-up
+// to a background retry. The same handle's next Lock must not join the
+// queue before that give-up is done: the give-up removes the owner's entry,
+// whichever call made it, so landing after the new join it took the new
+// call's place away, and a waiter that joined after it was granted first
+// (TestReplicaFailover, seed 2953879420059320300: "[order] ... 20a8d0:6
+// joined the queue at 14.511s, before a17339:3 joined at 14.673s, but was
+// granted after it"; its give-up of the call that ended at 14.276s ran at
+// 14.304s in another run of the seed, 0.1 s after the owner's new join).
+func TestFairGiveUpBeforeRejoin(t *testing.T) {
+	t.Parallel() // it mostly waits
+	eachKind(t, fairKinds, func(t *testing.T, k LockKind) {
+		e := NewSingle(t)
+		s := e.Script()
+		h := e.NewClient().Handle("L", k)
+		xc := e.NewClient()
+		x := xc.Handle("L", k)
+		y := e.NewClient().Handle("L", k)
+		if err := s.Lock(h, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// x queues; its network is cut; its wait ends: the give-up
+		// fails and goes on in the background.
+		start := e.H.Now()
+		first := make(chan error, 1)
+		go func() { first <- s.Lock(x, 1500*time.Millisecond) }()
+		if !joinedSince(e, x, start, 5*time.Second) {
+			t.Fatal("x never queued")
+		}
+		fi := e.record(FReset, xc, "(connections closed and refused until the wait ended)")
+		undo := xc.Net.Cut()
+		if err := <-first; err == nil {
+			t.Fatal("x's Lock succeeded with its network cut")
+		}
+		undo()
+		e.H.EndFault(fi)
+		// x again, at once; then y, once x has queued.
+		order := make(chan string, 2)
+		again := e.H.Now()
+		s.Go(func() {
+			if err := s.Lock(x, 30*time.Second); err == nil {
+				order <- "x"
+				_ = s.Unlock(x, 5*time.Second)
+			}
+		})
+		if !joinedSince(e, x, again, 15*time.Second) {
+			t.Fatal("x's second Lock never queued")
+		}
+		yAt := e.H.Now()
+		s.Go(func() {
+			if err := s.Lock(y, 30*time.Second); err == nil {
+				order <- "y"
+				_ = s.Unlock(y, 5*time.Second)
+			}
+		})
+		if !joinedSince(e, y, yAt, 5*time.Second) {
+			t.Fatal("y never queued")
+		}
+		// The background retry's backoff doubles from 100 ms: the try
+		// after the network came back is due about 1 s later. A give-up
+		// still pending would have landed by now (before the fix it
+		// always had).
+		time.Sleep(4 * time.Second)
+		_ = s.Unlock(h, 5*time.Second)
+		if a, b := <-order, <-order; a != "x" || b != "y" {
+			t.Errorf("granted %s then %s; x queued (again) before y", a, b)
+		}
+		s.Check(t)
+	})
+}

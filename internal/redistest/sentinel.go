@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -153,6 +154,27 @@ func (s *Sentinels) MasterAddr(ctx context.Context) (string, error) {
 		last = err
 	}
 	return "", fmt.Errorf("no sentinel answered: %v", last)
+}
+
+// RestartAsReplica starts a killed node of the setup again as a replica of
+// primary (host:port), as an operator brings back a failed primary of a
+// deployment without persistence. Restarted with its own configuration it
+// would come back an empty primary and stay one until the Sentinels
+// demote it (about 10 s: they wait 8 s before reconfiguring an instance
+// that reports the wrong role); a client that reaches it meanwhile (a
+// dial begun while the Sentinels still named it, a Sentinel that has not
+// heard of the failover yet) takes locks there that no one else sees, and
+// a Sentinel may even promote it back, empty.
+func (s *Sentinels) RestartAsReplica(n *Node, primary string) error {
+	host, port, err := net.SplitHostPort(primary)
+	if err != nil {
+		return err
+	}
+	n.Kill()
+	n.mu.Lock()
+	n.args = []string{"--replicaof", host, port}
+	n.mu.Unlock()
+	return n.start()
 }
 
 // Stop kills every process and removes the directory it made.
