@@ -342,6 +342,11 @@ func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 	r.result.Elapsed = time.Since(start)
 	stopProgress()
 
+	// A call that ended with ctx returned at once and gives back what it
+	// took in the background: closing the clients waits for that.
+	for _, cl := range clients {
+		_ = cl.fl.Close()
+	}
 	// The demo's own keys go; the lock's keys must already be gone.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
