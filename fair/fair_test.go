@@ -3,6 +3,7 @@ package fair_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -523,7 +524,9 @@ func (h cancelAfterHook) DialHook(next redis.DialHook) redis.DialHook { return n
 func (h cancelAfterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if strings.HasPrefix(cmd.Name(), "eval") && h.armed.CompareAndSwap(true, false) {
+		// The script ran (not a NOSCRIPT reply, after which go-redis sends
+		// it again with EVAL): the caller sees a cancellation instead.
+		if strings.HasPrefix(cmd.Name(), "eval") && err == nil && h.armed.CompareAndSwap(true, false) {
 			h.cancel()
 			return ctx.Err()
 		}
@@ -531,6 +534,24 @@ func (h cancelAfterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 func (h cancelAfterHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// slowAbandonHook holds back each abandon.lua call by d: the give-back of
+// an abandoned acquisition then runs after whatever the caller does next.
+type slowAbandonHook struct{ d time.Duration }
+
+func (h slowAbandonHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowAbandonHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	abandon := lua.Default.Script(lua.FileAbandon)
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && (args[1] == abandon.Hash() || strings.Contains(fmt.Sprint(args[1]), "abandon.lua")) {
+			time.Sleep(h.d)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h slowAbandonHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
@@ -543,11 +564,16 @@ func TestCanceledWhileGrantedReleases(t *testing.T) {
 		armed := &atomic.Bool{}
 		waiterRDB := b.Client(t)
 		waiterRDB.AddHook(cancelAfterHook{armed: armed, cancel: cancel})
+		waiterRDB.AddHook(slowAbandonHook{200 * time.Millisecond})
 		c := newClient(t, waiterRDB)
 		m := newMutex(t, c, name, e.opt)
 		armed.Store(true)
 		err := m.Lock(wctx) // the script takes the lock, the caller sees a cancellation
 		assert.True(t, errors.Is(err, context.Canceled), "%v", err)
+		// The caller was told it does not hold the lock: its Unlock must
+		// say so, not release the hold the give-back is about to return.
+		require.True(t, rdb.HExists(ctx, name, m.Owner()).Val(), "the script took the lock (the case this test is about)")
+		assert.ErrorIs(t, m.Unlock(ctx), fair.ErrNotHeld)
 		k := lua.KeysFor(name)
 		// The call returned when its ctx ended; the hold the script took is
 		// given back in the background, at once.

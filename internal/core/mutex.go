@@ -458,6 +458,12 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), m.S.Config.CleanupTime)
 		defer cancel()
 	}
+	// A give-back still running (of an acquisition that returned without
+	// the lock, or of a lost hold's field) is this handle's, not the
+	// caller's hold: it is waited for, so that Unlock does not release what
+	// the caller was told it does not hold (it then returns ErrNotHeld).
+	// When ctx ends first, the unlock is sent anyway.
+	_ = m.settle(ctx)
 	m.mu.Lock()
 	h := m.cur
 	leaseMs := m.S.Config.Lease.Milliseconds()
