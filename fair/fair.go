@@ -148,9 +148,14 @@ func (m *Mutex) Owner() string {
 }
 
 // Lock acquires the lock, queueing behind earlier waiters and waiting as
-// long as ctx allows. The watchdog keeps the lock until Unlock. If ctx ends
-// first, Lock leaves the queue (the waiters behind move up one slot) and
-// returns an error matching both ErrCanceled and ctx.Err().
+// long as ctx allows. The watchdog keeps the lock until Unlock. A Redis that
+// times out, refuses connections, is loading, paused or failing over does
+// not end the wait, nor cost the waiter its place: the attempt is sent again
+// with the same request id until ctx ends. If ctx ends first, Lock returns
+// at once an error matching both ErrCanceled and ctx.Err() (wrapping the
+// last Redis error, if any), and leaves the queue in the background (the
+// waiters behind move up one slot) before this handle acquires or unlocks
+// again.
 //
 // A waiter that waits longer than its wait slot while queued may be pruned
 // as dead by another client; it then joins again at the tail on its next
@@ -166,6 +171,9 @@ func (m *Mutex) Lock(ctx context.Context) error {
 
 // LockWithLease is Lock with an explicit lease: the lock frees itself after
 // lease unless unlocked first, and no watchdog renews it.
+// A lease under 10 ms is refused (ErrInvalidValue): no reply could come back
+// within it. A re-entry of a hold the watchdog keeps sets the watchdog lease
+// instead (the watchdog keeps the hold until its last Unlock anyway).
 func (m *Mutex) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if m.zero() {
 		return errZero

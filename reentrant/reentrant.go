@@ -101,9 +101,12 @@ func (m *Mutex) Owner() string {
 }
 
 // Lock acquires the lock, waiting as long as ctx allows. The watchdog keeps
-// the lock until Unlock (see fairlock.WithLease). If ctx ends first, Lock
-// returns an error matching both ErrCanceled and ctx.Err(), and leaves
-// nothing behind.
+// the lock until Unlock (see fairlock.WithLease). A Redis that times out,
+// refuses connections, is loading or failing over does not end the wait:
+// the attempt is sent again until ctx ends. If ctx ends first, Lock returns
+// at once an error matching both ErrCanceled and ctx.Err() (wrapping the
+// last Redis error, if any), and what it may have left is given back in the
+// background before this handle acquires or unlocks again.
 func (m *Mutex) Lock(ctx context.Context) error {
 	if m.zero() {
 		return errZero
@@ -114,6 +117,9 @@ func (m *Mutex) Lock(ctx context.Context) error {
 
 // LockWithLease is Lock with an explicit lease: the lock frees itself after
 // lease unless unlocked first, and no watchdog renews it.
+// A lease under 10 ms is refused (ErrInvalidValue): no reply could come back
+// within it. A re-entry of a hold the watchdog keeps sets the watchdog lease
+// instead (the watchdog keeps the hold until its last Unlock anyway).
 func (m *Mutex) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if m.zero() {
 		return errZero

@@ -172,8 +172,11 @@ func (l *Lock) Owner() string {
 }
 
 // Lock acquires this half, waiting as long as ctx allows. The watchdog
-// keeps the hold until Unlock. If ctx ends first, Lock returns an error
-// matching both ErrCanceled and ctx.Err(), and leaves nothing behind.
+// keeps the hold until Unlock. Transient Redis errors (timeouts, refused
+// connections, loading, failover) do not end the wait. If ctx ends first,
+// Lock returns at once an error matching both ErrCanceled and ctx.Err(), and
+// what it may have left is given back in the background before this half
+// acquires or unlocks again.
 func (l *Lock) Lock(ctx context.Context) error {
 	if l.zero() {
 		return errZero
@@ -184,6 +187,9 @@ func (l *Lock) Lock(ctx context.Context) error {
 
 // LockWithLease is Lock with an explicit lease: the hold frees itself after
 // lease unless unlocked first, and no watchdog renews it.
+// A lease under 10 ms is refused (ErrInvalidValue): no reply could come back
+// within it. A re-entry of a hold the watchdog keeps sets the watchdog lease
+// instead (the watchdog keeps the hold until its last Unlock anyway).
 func (l *Lock) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if l.zero() {
 		return errZero
