@@ -1,7 +1,9 @@
 package fair_test
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
+	"github.com/fairlock-go/fairlock/internal/faultproxy"
 	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/lua"
 )
@@ -44,4 +47,52 @@ func TestWrongTypedQueueKeyIsReportedAtOnce(t *testing.T) {
 			require.NoError(t, holder.Unlock(ctx))
 		})
 	}
+}
+
+// Close while a handle's next Lock waits for the give-up of its previous,
+// abandoned wait (stuck behind a stalled connection): the Lock returns
+// ErrClosed at once, as every wait does at Close, not when its ctx ends.
+// (faulttests TestReplicaFailover, seed 8732444046175496877: "a wait ended
+// by Close did not return ErrClosed ... context deadline exceeded".)
+func TestCloseEndsALockWaitingForAGiveUp(t *testing.T) {
+	b := redistest.Real(t)
+	ctx := testCtx(t)
+	name := redistest.Prefix(t) + "lock"
+	p := faultproxy.Start(t, b.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	holder := newMutex(t, newClient(t, b.Client(t)), name)
+	require.NoError(t, holder.Lock(ctx))
+	c, err := fairlock.NewClient(rdb)
+	require.NoError(t, err)
+	m := newMutex(t, c, name)
+
+	first, cancel := context.WithCancel(ctx)
+	res := make(chan error, 1)
+	go func() { res <- m.Lock(first) }()
+	direct := b.Client(t)
+	require.Eventually(t, func() bool {
+		return slices.Contains(direct.LRange(ctx, lua.KeysFor(name).Queue, 0, -1).Val(), m.Owner())
+	}, 10*time.Second, time.Millisecond)
+	undo := p.Stall() // the give-up cannot get through
+	defer undo()
+	cancel()
+	require.ErrorIs(t, <-res, context.Canceled)
+
+	second := make(chan error, 1)
+	go func() { second <- m.Lock(ctx) }() // waits for the give-up
+	time.Sleep(300 * time.Millisecond)
+	closing := time.Now()
+	closed := make(chan struct{})
+	go func() { _ = c.Close(); close(closed) }()
+	select {
+	case err := <-second:
+		assert.ErrorIs(t, err, fairlock.ErrClosed)
+		assert.Less(t, time.Since(closing), 1500*time.Millisecond, "Lock returned %v after Close began", time.Since(closing))
+	case <-time.After(15 * time.Second):
+		t.Fatal("Lock did not return after Close")
+	}
+	undo()
+	<-closed
+	require.NoError(t, holder.Unlock(ctx))
 }

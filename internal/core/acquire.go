@@ -44,7 +44,9 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		return false, ErrClosed
 	}
 	defer m.S.end()
-	if err := m.settle(ctx); err != nil {
+	if err := m.settle(ctx); errors.Is(err, ErrClosed) {
+		return false, ErrClosed
+	} else if err != nil {
 		return false, canceled(err)
 	}
 	q := m.newAcquisition(ctx, o)

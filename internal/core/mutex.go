@@ -118,7 +118,8 @@ func canceled(err error) error { return fmt.Errorf("%w: %w", ErrCanceled, err) }
 var errNilCtx = fmt.Errorf("%w: nil context", ErrInvalidValue)
 
 // settle waits until the give-backs of this handle's abandoned requests are
-// done (see cleanup), or ctx ends.
+// done (see cleanup), or ctx ends (its error), or the session closes
+// (ErrClosed).
 func (m *Mutex) settle(ctx context.Context) error {
 	for {
 		m.mu.Lock()
@@ -143,6 +144,11 @@ func (m *Mutex) settle(ctx context.Context) error {
 		case <-next:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-m.S.closeCtx.Done():
+			// Close waits for the calls in progress before it stops
+			// the give-backs: waiting for one here would hold Close up
+			// until ctx ends.
+			return ErrClosed
 		}
 	}
 }
