@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/internal/redistest"
 )
 
 // This file fires the faults. Each function blocks for the fault's length,
@@ -221,8 +223,8 @@ func (e *Env) FailoverSentinel() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	e.H.EndFault(i)
 	if ctx.Err() != nil {
+		e.H.EndFault(i)
 		e.T.Errorf("the Sentinels did not promote the replica of %s", old)
 		return
 	}
@@ -230,6 +232,34 @@ func (e *Env) FailoverSentinel() {
 	// primary (redistest.Sentinels.RestartAsReplica says why).
 	if err := e.Sentinels.RestartAsReplica(victim, promoted); err != nil {
 		e.T.Errorf("restart %s: %v", old, err)
+	}
+	// The failover is over once every Sentinel names the promoted primary
+	// and the restarted node is its replica in sync. Until then a client
+	// may still be sent to the old address by a Sentinel that missed the
+	// vote (seen under load: all four clients switched back to the killed
+	// node 2-3 s after the promotion, and holds taken meanwhile were lost);
+	// that is part of this data-losing event, not after it.
+	settled := func() bool {
+		for _, sa := range e.Sentinels.SentinelAddrs() {
+			sc := redis.NewSentinelClient(&redis.Options{Addr: sa})
+			a, err := sc.GetMasterAddrByName(ctx, redistest.MasterName).Result()
+			_ = sc.Close()
+			if err != nil || len(a) != 2 || net.JoinHostPort(a[0], a[1]) != promoted {
+				return false
+			}
+		}
+		r := redis.NewClient(&redis.Options{Addr: old})
+		info, err := r.Info(ctx, "replication").Result()
+		_ = r.Close()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	}
+	settle := time.Now().Add(15 * time.Second)
+	for ctx.Err() == nil && time.Now().Before(settle) && !settled() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.H.EndFault(i)
+	if !settled() {
+		e.T.Logf("the Sentinels had not settled on %s 15 s after %s was killed", promoted, old)
 	}
 }
 
