@@ -439,13 +439,14 @@ func (cm *clientMachine) cancelWait(t *rapid.T) {
 	}
 	// The call returns when its ctx ends; leaving the queue goes on in the
 	// background (the handle's next acquisition waits for it).
-	if !a.granted && !cm.timed {
+	if !a.granted {
 		cm.awaitLeft(t, a)
 	}
 	cm.sync(t)
 }
 
-// awaitLeft waits until a's owner is no longer queued in Redis.
+// awaitLeft waits until a's owner is neither queued nor holding in Redis
+// (a grant that raced the cancellation is given back too).
 func (cm *clientMachine) awaitLeft(t *rapid.T, a *attempt) {
 	deadline := time.Now().Add(clientPatience)
 	for {
@@ -453,7 +454,8 @@ func (cm *clientMachine) awaitLeft(t *rapid.T, a *attempt) {
 		if err != nil {
 			t.Fatalf("inspect: %v", err)
 		}
-		if !slices.ContainsFunc(r.Queue, func(w inspect.Waiter) bool { return w.Owner == a.owner }) {
+		if !slices.ContainsFunc(r.Queue, func(w inspect.Waiter) bool { return w.Owner == a.owner }) &&
+			!slices.ContainsFunc(r.Holders, func(h inspect.Holder) bool { return h.Owner == a.owner }) {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -270,8 +270,20 @@ func (m *Mutex) cleanup(ctx context.Context, a lua.Args, queued, suspect bool, s
 	case <-done:
 	case <-t.C:
 	case <-ended:
+		// With a healthy Redis the give-back is a round trip: wait for it
+		// a moment, so that what the caller sees next is already clean.
+		t.Reset(ctxEndSlack)
+		select {
+		case <-done:
+		case <-t.C:
+		}
 	}
 }
+
+// ctxEndSlack is how long a call whose ctx ended may still wait for its
+// give-back: the "returns when its ctx ends" promise, within scheduling
+// slack.
+const ctxEndSlack = 25 * time.Millisecond
 
 // undo gives back a hold the request a took (it holds the lock now, or may):
 // the request is voided and one hold released, bounded by CleanupTime.
