@@ -197,8 +197,9 @@ func TestUnlockerClockLagDoesNotReorderQueue(t *testing.T) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
-		lagging := newClient(t, b.Client(t))
-		core.Of(lagging).SetClockSkew(-6 * time.Second)
+		var clock core.SkewedClock
+		clock.Set(-6 * time.Second)
+		lagging := newClient(t, b.Client(t), core.WithWallClock(clock.UnixMilli))
 		c := newClient(t, b.Client(t))
 		holder := newMutex(t, lagging, name, e.opt)
 		require.NoError(t, holder.Lock(ctx))

@@ -1,6 +1,9 @@
 package fair
 
-import "github.com/fairlock-go/fairlock/lua"
+import (
+	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/lua"
+)
 
 // Engine is how a fair lock keeps its queue in Redis. Both engines have the
 // same semantics: the same grant order, replies, pruning and deadlines.
@@ -28,4 +31,4 @@ var ErrMixedEngines = lua.ErrMixedEngines
 
 // WithEngine chooses the engine. Default: Redisson. Every handle on one
 // lock name must use the same engine.
-func WithEngine(e Engine) Option { return func(o *options) { o.engine = e } }
+func WithEngine(e Engine) Option { return func(o *core.LockConfig) { o.Engine = int(e) } }

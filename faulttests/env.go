@@ -19,6 +19,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
+	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/internal/faultproxy"
 	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/lua"
@@ -82,6 +83,7 @@ type Client struct {
 	dead   atomic.Bool
 	closed atomic.Bool
 	env    *Env
+	clock  *core.SkewedClock // the client's wall clock (Skew)
 
 	hmu     sync.Mutex
 	handles []*Handle
@@ -186,7 +188,9 @@ func (e *Env) NewClient(opts ...fairlock.Option) *Client {
 	g := faultproxy.StartGroup(e.T)
 	rdb := e.newRDB(g.Dialer)
 	rdb.AddHook(joinHook{e})
+	clock := new(core.SkewedClock) // Skew shifts it
 	base := []fairlock.Option{
+		core.WithWallClock(clock.UnixMilli),
 		fairlock.WithLease(WatchdogLease), fairlock.WithHeadGrace(HeadGrace), fairlock.WithWaitSlot(WaitSlot),
 		fairlock.WithCleanupTimeout(CleanupTime), fairlock.WithLatchTTL(LatchTTL),
 	}
@@ -194,7 +198,7 @@ func (e *Env) NewClient(opts ...fairlock.Option) *Client {
 	if err != nil {
 		e.T.Fatal(err)
 	}
-	c := &Client{ID: id, Net: g, RDB: rdb, C: fc, env: e}
+	c := &Client{ID: id, Net: g, RDB: rdb, C: fc, env: e, clock: clock}
 	e.T.Cleanup(func() { _ = fc.Close(); _ = rdb.Close() })
 	e.mu.Lock()
 	e.clients = append(e.clients, c)

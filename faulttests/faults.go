@@ -58,9 +58,9 @@ func (e *Env) Reset(c *Client, n int, gap time.Duration) {
 // Skew shifts c's wall clock by d for dur.
 func (e *Env) Skew(c *Client, d, dur time.Duration) {
 	i := e.record(FSkew, c, fmt.Sprintf("(%v)", d))
-	core.Of(c.C).SetClockSkew(d)
+	c.clock.Set(d)
 	time.Sleep(dur)
-	core.Of(c.C).SetClockSkew(0)
+	c.clock.Set(0)
 	e.H.EndFault(i)
 }
 

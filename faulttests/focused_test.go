@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fairlock-go/fairlock"
-	"github.com/fairlock-go/fairlock/internal/core"
 )
 
 // Deterministic tests, one fault kind each, on every kind of lock where it
@@ -436,7 +435,7 @@ func TestFaultSkew(t *testing.T) {
 		s := e.Script()
 		sk, a, b, c := e.NewClient(), e.NewClient(), e.NewClient(), e.NewClient()
 		hs, ha, hb, hc := sk.Handle("L", k), a.Handle("L", k), b.Handle("L", k), c.Handle("L", k)
-		core.Of(sk.C).SetClockSkew(SkewMax)
+		sk.clock.Set(SkewMax)
 		i := e.record(FSkew, sk, fmt.Sprintf("(%v ahead)", SkewMax))
 		if err := s.Lock(ha, 5*time.Second); err != nil {
 			t.Fatal(err)

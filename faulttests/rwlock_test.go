@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/lua"
 	"github.com/fairlock-go/fairlock/rwlock"
@@ -83,11 +84,12 @@ func TestRWFaults(t *testing.T) {
 	}
 	w := Workload{Seed: seed, Clients: 4, Workers: 2, MaxHold: 1200 * time.Millisecond, MaxCtx: 6 * time.Second}
 	r := &run{e: e, w: w, stop: make(chan struct{}), final: make(chan struct{})}
+	var opts []fairlock.Option
+	if scripts != nil {
+		opts = append(opts, core.WithScripts(scripts))
+	}
 	for i := 0; i < w.Clients; i++ {
-		c := e.NewClient()
-		if scripts != nil {
-			core.Of(c.C).Scripts = scripts
-		}
+		c := e.NewClient(opts...)
 		for k := 0; k < w.Workers; k++ {
 			rh, wh := rwHandles(t, c, "RW")
 			rng := rand.New(rand.NewPCG(seed, uint64(i*1000+k)))

@@ -13,8 +13,8 @@
 -- KEYS[8]  head grace "fairlock_grace:{name}" (not in Redisson)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner id
--- ARGV[3]  now: client clock, Unix milliseconds   (note: 3 and 4 are swapped
--- ARGV[4]  the caller's wait slot in milliseconds   relative to fair_try_lock_wait)
+-- ARGV[3]  now: client clock, Unix milliseconds   (Redisson's order: 3 and 4 are
+-- ARGV[4]  the caller's wait slot in milliseconds   swapped relative to fair_try_lock_wait)
 -- ARGV[5]  latch lifetime in milliseconds (0: no latch)
 -- ARGV[6]  head grace in milliseconds (not in Redisson; <= 0: off)
 -- ARGV[7]  publish command: "publish" or "spublish" (not in Redisson)

@@ -15,8 +15,8 @@
 -- ARGV[2]  owner id
 -- ARGV[3]  the caller's wait slot in milliseconds
 -- ARGV[4]  now: client clock, Unix milliseconds
--- ARGV[5]  head grace in milliseconds (not in Redisson; <= 0: off)
--- ARGV[6]  latch lifetime in milliseconds (0: no latch)
+-- ARGV[5]  latch lifetime in milliseconds (0: no latch)
+-- ARGV[6]  head grace in milliseconds (not in Redisson; <= 0: off)
 -- ARGV[7]  publish command: "publish" or "spublish" (not in Redisson)
 -- ARGV[8]  wake-up message, "0" (not in Redisson)
 --
@@ -28,14 +28,14 @@
 -- waiter and the PTTL, or 0 on a free lock, to a queued one). An error
 -- reply when the other fair engine keeps this lock's queue.
 local owner, wait = ARGV[2], tonumber(ARGV[3])
-local now, grace = tonumber(ARGV[4]), tonumber(ARGV[5])
+local now, grace = tonumber(ARGV[4]), tonumber(ARGV[6])
 
 fair_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7], KEYS[8], ARGV[7], ARGV[8], false)
 local refused = q_refuse(KEYS[1])
 if refused then
     return refused
 end
-local replay = latch_check(KEYS[6], ARGV[6], KEYS[1], owner)
+local replay = latch_check(KEYS[6], ARGV[5], KEYS[1], owner)
 if replay then
     return replay
 end
@@ -48,7 +48,7 @@ head = prune(owner, now, head, grace)
 local held, cut, fresh = take_or_reenter(owner, ARGV[1], wait, head)
 if held then
     local token = fair_token(KEYS[5], fresh)
-    latch_grant(KEYS[6], ARGV[6], token)
+    latch_grant(KEYS[6], ARGV[5], token)
     finish(owner, head0, second0, cut, grace)
     return {-1, token}
 end

@@ -86,7 +86,7 @@ func (f FairSet) TryLockToken(ctx context.Context, rdb redis.Scripter, k Keys, a
 func (f FairSet) TryLockWaitToken(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs, token int64, err error) {
 	c := f.set.cmd(FileFairTryLockWait, 8, 8)
 	c.key(k.Name).key(k.Queue).key(k.Timeouts).key(k.ScalableQueue()).key(k.Token()).str(a.acquireLatch(k)).key(k.Channel).key(k.Grace())
-	c.num(a.LeaseMs).key(a.Owner).num(a.WaitMs).now(a.NowMs).num(a.GraceMs).num(a.acquireLatchMs()).key(a.pubCmd()).key(UnlockMessage)
+	c.num(a.LeaseMs).key(a.Owner).num(a.WaitMs).now(a.NowMs).num(a.acquireLatchMs()).num(a.GraceMs).key(a.pubCmd()).key(UnlockMessage)
 	acquired, ttlMs, token, err = tokenReply(c.run(ctx, rdb))
 	return acquired, ttlMs, token, acquireErr(err)
 }

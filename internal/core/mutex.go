@@ -39,9 +39,16 @@ type Mutex struct {
 	E     Engine
 	Keys  lua.Keys
 	Owner string
+	// ThreadID is the thread part of Owner.
+	ThreadID int64
 	// WatchKind is the watchdog renewal a hold of this handle gets:
 	// watchdog.KindLock (renew.lua), or KindRW (the read-write lock's).
 	WatchKind watchdog.Kind
+	// Queue: Lock and TryLockFor join the fair queue (the fair lock's
+	// engines say so through a method Queued() bool).
+	Queue bool
+	// Slot is the fair lock's default wait slot; 0: the session's.
+	Slot time.Duration
 
 	mu       sync.Mutex
 	settling []<-chan struct{} // give-backs of abandoned requests still running
@@ -96,7 +103,7 @@ func NewMutex(s *Session, e func(lua.Keys) Engine, name string, threadID int64) 
 		threadID = s.NewThreadID()
 	}
 	k := lua.KeysFor(name)
-	return &Mutex{S: s, E: e(k), Keys: k, Owner: lua.Owner(s.ID, threadID)}, nil
+	return &Mutex{S: s, E: e(k), Keys: k, Owner: lua.Owner(s.ID, threadID), ThreadID: threadID}, nil
 }
 
 // Forever, as AcquireOpts.Wait, waits until the lock is acquired or ctx ends.
@@ -217,7 +224,7 @@ func (m *Mutex) cleanup(ctx context.Context, a lua.Args, queued, suspect bool, s
 	work := func(ctx context.Context) error {
 		if !undone {
 			held, err := call(ctx, func(ctx context.Context) (bool, error) {
-				return m.S.Scripts.Abandon(ctx, m.S.RDB, m.Keys, a)
+				return m.S.Scripts().Abandon(ctx, m.S.RDB, m.Keys, a)
 			})
 			if err != nil && !permanent(err) {
 				return err

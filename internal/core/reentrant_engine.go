@@ -16,7 +16,7 @@ type ReentrantEngine struct {
 
 // Try runs acquire.lua.
 func (e ReentrantEngine) Try(ctx context.Context, a lua.Args, _ bool) (bool, int64, error) {
-	return e.S.Scripts.Acquire(ctx, e.S.RDB, e.K, a)
+	return e.S.Scripts().Acquire(ctx, e.S.RDB, e.K, a)
 }
 
 // GiveUp: there is no queue to leave.
@@ -24,12 +24,12 @@ func (e ReentrantEngine) GiveUp(context.Context, lua.Args) error { return nil }
 
 // Unlock runs unlock.lua.
 func (e ReentrantEngine) Unlock(ctx context.Context, a lua.Args) (lua.UnlockResult, error) {
-	return e.S.Scripts.Unlock(ctx, e.S.RDB, e.K, a)
+	return e.S.Scripts().Unlock(ctx, e.S.RDB, e.K, a)
 }
 
 // ForceUnlock runs force_unlock.lua.
 func (e ReentrantEngine) ForceUnlock(ctx context.Context, a lua.Args) (bool, error) {
-	return e.S.Scripts.ForceUnlock(ctx, e.S.RDB, e.K, a)
+	return e.S.Scripts().ForceUnlock(ctx, e.S.RDB, e.K, a)
 }
 
 // WakeChannel is the lock's channel, whoever the owner.

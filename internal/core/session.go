@@ -44,7 +44,35 @@ type Config struct {
 	ShardedPubSub bool          // publish with SPUBLISH (Redis 7+ cluster)
 	ShardedSet    bool          // ShardedPubSub was chosen; else a ClusterClient decides at first use (Redisson's AUTO)
 	ReplicaAck    time.Duration // WAIT timeout after an acquisition (see replicas.go); default 1 s; negative turns it off
+
+	// Set only by tests, through the options below, when the client is
+	// made; never changed on a live session.
+	Scripts   *lua.Scripts // the scripts the locks run; default lua.Default
+	WallClock func() int64 // the wall clock in Unix ms the fair scripts read ("now"); default time.Now
 }
+
+// WithScripts makes a client run scripts (a test's deliberately broken
+// variant, lua.Edit). It is a client option: pass it to fairlock.NewClient.
+func WithScripts(scripts *lua.Scripts) func(*Config) {
+	return func(c *Config) { c.Scripts = scripts }
+}
+
+// WithWallClock makes a client read its wall clock (the fair scripts' "now")
+// from clock, e.g. a SkewedClock a fault test shifts. The local monotonic
+// clock that times leases and waits is not affected. A client option.
+func WithWallClock(clock func() int64) func(*Config) {
+	return func(c *Config) { c.WallClock = clock }
+}
+
+// SkewedClock is a wall clock a test can shift while a client reads it
+// (WithWallClock(clock.UnixMilli)): time.Now plus the skew set last.
+type SkewedClock struct{ ms atomic.Int64 }
+
+// Set makes the clock read d ahead of time.Now (behind when negative).
+func (c *SkewedClock) Set(d time.Duration) { c.ms.Store(d.Milliseconds()) }
+
+// UnixMilli reads the clock.
+func (c *SkewedClock) UnixMilli() int64 { return time.Now().UnixMilli() + c.ms.Load() }
 
 func (c *Config) fill() error {
 	def := func(d *time.Duration, v time.Duration) {
@@ -61,6 +89,12 @@ func (c *Config) fill() error {
 	if c.RenewBatch == 0 {
 		c.RenewBatch = 100
 	}
+	if c.Scripts == nil {
+		c.Scripts = lua.Default
+	}
+	if c.WallClock == nil {
+		c.WallClock = func() int64 { return time.Now().UnixMilli() }
+	}
 	switch {
 	case c.Lease < 3*time.Millisecond:
 		return fmt.Errorf("%w: lease %v (need at least 3ms)", ErrInvalidValue, c.Lease)
@@ -76,7 +110,6 @@ func (c *Config) fill() error {
 type Session struct {
 	ID       string
 	RDB      redis.UniversalClient
-	Scripts  *lua.Scripts
 	Hub      *pubsub.Hub
 	Watchdog *watchdog.Watchdog
 	Config   Config
@@ -85,7 +118,6 @@ type Session struct {
 	nextThread atomic.Int64
 	closeOnce  sync.Once
 	closed     atomic.Bool
-	skewMs     atomic.Int64 // test hook: added to the wall clock (SetClockSkew)
 
 	// resendAfter: a call that lasted this long may have been resent by
 	// go-redis after a timeout (the smaller of the client's read and write
@@ -107,13 +139,11 @@ type Session struct {
 }
 
 // WallMs is the client's wall clock in Unix milliseconds, as the fair-lock
-// scripts read it (their "now" argument): time.Now plus the test skew.
-func (s *Session) WallMs() int64 { return time.Now().UnixMilli() + s.skewMs.Load() }
+// scripts read it (their "now" argument).
+func (s *Session) WallMs() int64 { return s.Config.WallClock() }
 
-// SetClockSkew shifts this session's wall clock (WallMs) by d. It is a test
-// hook for fault tests that skew one client's clock; the local monotonic
-// clock that times leases and waits is not affected.
-func (s *Session) SetClockSkew(d time.Duration) { s.skewMs.Store(d.Milliseconds()) }
+// Scripts is the set of scripts the client's locks run.
+func (s *Session) Scripts() *lua.Scripts { return s.Config.Scripts }
 
 // NewSession starts a session over rdb: the watchdog goroutine starts now,
 // the pub/sub connection at the first wait.
@@ -124,7 +154,7 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	s := &Session{ID: newUUID(), RDB: rdb, Scripts: lua.Default, Config: cfg, held: map[*Mutex]int{}}
+	s := &Session{ID: newUUID(), RDB: rdb, Config: cfg, held: map[*Mutex]int{}}
 	s.closeCtx, s.closeNow = context.WithCancelCause(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	s.resendAfter = resendAfter(rdb)
@@ -143,10 +173,10 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	}
 	leaseMs := cfg.Lease.Milliseconds()
 	s.Watchdog = watchdog.New(s.renewFunc(func(ctx context.Context, names, owners []string) ([]lua.RenewStatus, error) {
-		return s.Scripts.RenewEach(ctx, s.RDB, names, owners, leaseMs)
+		return s.Scripts().RenewEach(ctx, s.RDB, names, owners, leaseMs)
 	}), slot, cfg.Lease, cfg.RenewBatch)
 	s.Watchdog.SetRenew(KindRW, s.renewFunc(func(ctx context.Context, names, owners []string) ([]lua.RenewStatus, error) {
-		return s.Scripts.RWRenewEach(ctx, s.RDB, names, owners, leaseMs)
+		return s.Scripts().RWRenewEach(ctx, s.RDB, names, owners, leaseMs)
 	}))
 	return s, nil
 }
@@ -495,9 +525,9 @@ func ThreadLabel(id int64) string { return strconv.FormatInt(id, 10) }
 // script of the hold's watchdog kind, with leaseMs): held reports whether
 // owner still held it.
 func (s *Session) reassert(ctx context.Context, kind watchdog.Kind, name, owner string, leaseMs int64) (bool, error) {
-	renew := s.Scripts.RenewEach
+	renew := s.Scripts().RenewEach
 	if kind == KindRW {
-		renew = s.Scripts.RWRenewEach
+		renew = s.Scripts().RWRenewEach
 	}
 	st, err := renew(ctx, s.RDB, []string{name}, []string{owner}, leaseMs)
 	if err != nil {

@@ -295,13 +295,14 @@ func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 		rdb := redis.NewClient(c.Redis)
 		h := newArrivalHook(kind, c.Scripts)
 		rdb.AddHook(h)
-		fl, err := fairlock.NewClient(rdb, c.Options...)
+		opts := c.Options
+		if c.Scripts != nil {
+			opts = append(opts[:len(opts):len(opts)], core.WithScripts(c.Scripts))
+		}
+		fl, err := fairlock.NewClient(rdb, opts...)
 		if err != nil {
 			_ = rdb.Close()
 			return nil, err
-		}
-		if c.Scripts != nil {
-			core.Of(fl).Scripts = c.Scripts
 		}
 		clients[i] = client{rdb: rdb, hook: h, fl: fl}
 	}

@@ -1,0 +1,60 @@
+package core
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/fairlock-go/fairlock/lua"
+)
+
+// LockConfig is what the options of a lock's New set (fairlock.LockOption).
+type LockConfig struct {
+	ThreadID int64         // the thread part of the owner id; 0: a fresh one
+	Slot     time.Duration // the fair lock's default wait slot; 0: the session's
+	SlotSet  bool          // Slot was given (it must then be at least 1 ms)
+	Engine   int           // the fair lock's engine (fair.Engine)
+}
+
+// EngineMaker builds a lock's engine once its keys and options are known.
+type EngineMaker func(s *Session, k lua.Keys, cfg LockConfig) (Engine, error)
+
+var wrapPlain, wrapFenced func(*Mutex) any
+
+// RegisterHandles lets package fairlock tell core how to wrap a Mutex in its
+// public handles (fairlock.Handle, fairlock.FencedHandle) without exporting
+// the wrapping to users.
+func RegisterHandles(plain, fenced func(*Mutex) any) { wrapPlain, wrapFenced = plain, fenced }
+
+// NewLock is the preamble of every lock package's New: it applies the
+// options (refusing a nil one), checks them, and returns the public handle
+// H (fairlock.Handle or fairlock.FencedHandle) over a new Mutex, the Mutex
+// and the options applied.
+func NewLock[H any, O ~func(*LockConfig)](client any, name string, opts []O, e EngineMaker) (H, *Mutex, LockConfig, error) {
+	var zero H
+	var cfg LockConfig
+	for i, f := range opts {
+		if f == nil {
+			return zero, nil, cfg, fmt.Errorf("%w: option %d is nil", ErrInvalidValue, i)
+		}
+		f(&cfg)
+	}
+	if cfg.SlotSet && cfg.Slot < time.Millisecond {
+		return zero, nil, cfg, fmt.Errorf("%w: wait slot %v (must be at least 1ms)", ErrInvalidValue, cfg.Slot)
+	}
+	s := Of(client)
+	m, err := NewMutex(s, func(lua.Keys) Engine { return nil }, name, cfg.ThreadID)
+	if err != nil {
+		return zero, nil, cfg, err
+	}
+	if m.E, err = e(s, m.Keys, cfg); err != nil {
+		return zero, nil, cfg, err
+	}
+	if q, ok := m.E.(interface{ Queued() bool }); ok {
+		m.Queue = q.Queued()
+	}
+	m.Slot = cfg.Slot
+	if h, ok := wrapPlain(m).(H); ok {
+		return h, m, cfg, nil
+	}
+	return wrapFenced(m).(H), m, cfg, nil
+}
