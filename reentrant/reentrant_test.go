@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -469,6 +470,8 @@ func TestWaitersRecheckAfterPubSubReconnect(t *testing.T) {
 	clientName := "fl-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	waiterRDB := redis.NewClient(&redis.Options{Addr: b.Addr, ClientName: clientName})
 	t.Cleanup(func() { _ = waiterRDB.Close() })
+	var scripts scriptCalls
+	waiterRDB.AddHook(&scripts)
 	admin := b.Client(t)
 	holderC, waiterC := newClient(t, b.Client(t)), newClient(t, waiterRDB)
 	holder, waiter := newMutex(t, holderC, name), newMutex(t, waiterC, name)
@@ -476,6 +479,12 @@ func TestWaitersRecheckAfterPubSubReconnect(t *testing.T) {
 	got := make(chan error, 1)
 	go func() { got <- waiter.Lock(ctx) }()
 	waitSubscribed(t, b, waiterC)
+	// The waiter tries again once subscribed; only after that reply may the
+	// lock be freed, or that attempt takes it and no wake-up is needed (on a
+	// loaded machine it came after the Del: "the waiter's pub/sub
+	// connection" was already closed).
+	require.Eventually(t, func() bool { return scripts.done.Load() >= 2 }, 10*time.Second, time.Millisecond,
+		"the waiter's attempt after subscribing never came back")
 
 	require.NoError(t, admin.Del(ctx, name).Err()) // freed, and nobody is told
 	list, err := admin.ClientList(ctx).Result()
@@ -491,6 +500,23 @@ func TestWaitersRecheckAfterPubSubReconnect(t *testing.T) {
 	require.Equal(t, 1, killed, "the waiter's pub/sub connection")
 	require.NoError(t, <-got)
 	require.NoError(t, waiter.Unlock(ctx))
+}
+
+// scriptCalls counts the scripts a go-redis client ran (replies received).
+type scriptCalls struct{ done atomic.Int64 }
+
+func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			h.done.Add(1)
+		}
+		return err
+	}
+}
+func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 // An Unlock whose ctx ends during the call (here: while it waits for the
