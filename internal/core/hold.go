@@ -1,0 +1,172 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fairlock-go/fairlock/lua"
+)
+
+// granted records an acquisition sent at sent: the first starts a hold
+// (watchdog or lease timer), a re-entry adds to it. It reports false,
+// recording nothing, when the session was closed meanwhile.
+func (m *Mutex) granted(sent time.Time, leaseMs int64, watchdogKept bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.cur
+	if h == nil {
+		if !m.S.track(m) {
+			return false
+		}
+		h = &hold{m: m}
+		m.cur = h
+	}
+	m.holds++
+	h.leaseMs = leaseMs
+	// The key's TTL was set to leaseMs when Redis ran this acquisition:
+	// its validity replaces the earlier one (a re-entry can shorten an
+	// explicit lease).
+	h.validUntil = validity(sent, leaseMs)
+	if watchdogKept && !h.watchdog {
+		h.watchdog = true
+		h.wd = m.S.Watchdog.AddKind(m.Keys.Name, m.Owner, m.WatchKind, h)
+	}
+	if h.timer == nil {
+		h.timer = time.AfterFunc(time.Until(h.validUntil), h.expire)
+	} else {
+		h.timer.Reset(time.Until(h.validUntil))
+	}
+	return true
+}
+
+// expire runs when the validity timer fires: the hold ends as lost unless a
+// renewal moved its validity on.
+func (h *hold) expire() {
+	m := h.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur != h {
+		return
+	}
+	if d := time.Until(h.validUntil); d > 0 {
+		h.timer.Reset(d)
+		return
+	}
+	why := "its lease ran out"
+	if h.watchdog {
+		why = "no renewal was confirmed before its lease ran out"
+	}
+	m.endLocked(h, fmt.Errorf("%w: %q: %s", ErrLost, m.Keys.Name, why))
+	m.giveBackLocked(h.leaseMs, h.validUntil.Add(Drift(time.Duration(h.leaseMs)*time.Millisecond)))
+}
+
+// giveBackLocked runs after a hold ended as lost on the local clock while
+// its owner's field may still be in Redis (a renewal whose reply came late
+// kept it): the owner gave the hold up, so its field is released in the
+// background, every count of it, or the handle's next acquisition would
+// re-enter it (Redis count 2, local count 1) and its one Unlock would leave
+// the lock held. That next acquisition waits for the give-back (settle).
+// A renewal that lands later finds no field and does nothing.
+//
+// The give-back starts at from, when the lease last sent has run out on
+// the local clock (the validity, which takes the drift off, ended before):
+// a hold whose lease simply ran out is not released before its lease, as
+// Redis would not have expired it sooner.
+func (m *Mutex) giveBackLocked(leaseMs int64, from time.Time) {
+	cfg := &m.S.Config
+	a := m.unlockArgs(leaseMs)
+	const most = 1 << 16 // counts released at most: a bound, not a limit met in practice
+	n := 0
+	work := func(ctx context.Context) error {
+		if d := time.Until(from); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		}
+		for ; n < most; n++ {
+			a.NowMs = m.S.WallMs()
+			ua := a
+			res, err := call(ctx, func(ctx context.Context) (lua.UnlockResult, error) { return m.E.Unlock(ctx, ua) })
+			if err != nil && !permanent(err) {
+				return err // sent again with the same request id: its latch makes it count once
+			}
+			if err != nil || res != lua.StillHeld {
+				return nil
+			}
+			a.RequestID = RequestID()
+		}
+		return nil
+	}
+	done := m.S.runCleanup(time.Now().Add(max(cfg.Lease, cfg.LatchTTL)), false, work)
+	m.settling = append(m.settling, done)
+}
+
+// Renewed is the watchdog's report that a renewal sent at sent was confirmed.
+func (h *hold) Renewed(sent time.Time) {
+	m := h.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur != h {
+		return
+	}
+	if v := validity(sent, m.S.Config.Lease.Milliseconds()); v.After(h.validUntil) {
+		h.validUntil = v
+	}
+}
+
+// ValidUntil is the local instant until which the hold is valid.
+func (h *hold) ValidUntil() time.Time {
+	h.m.mu.Lock()
+	defer h.m.mu.Unlock()
+	return h.validUntil
+}
+
+// Lost is the watchdog's report that h's lock is gone.
+func (h *hold) Lost(reason error) {
+	h.m.end(h, fmt.Errorf("%w: %q: %w", ErrLost, h.m.Keys.Name, reason))
+}
+
+// end finishes hold h (if still current) with err: nil for a release.
+func (m *Mutex) end(h *hold, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.endLocked(h, err)
+}
+
+func (m *Mutex) endLocked(h *hold, err error) {
+	if m.cur != h || h == nil {
+		return
+	}
+	m.cur = nil
+	m.last = h
+	m.holds = 0
+	if h.wd != nil {
+		m.S.Watchdog.Remove(h.wd)
+	}
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	h.err = err
+	h.ended = true
+	if h.done != nil {
+		close(h.done)
+	}
+	m.S.untrack(m)
+}
+
+// ValidUntil is the local instant until which the current hold is valid:
+// the latest acquisition's or confirmed renewal's send time plus the lease,
+// less the drift margin. Zero when the handle holds nothing.
+func (m *Mutex) ValidUntil() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur == nil {
+		return time.Time{}
+	}
+	return m.cur.validUntil
+}

@@ -1,0 +1,171 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/fairlock-go/fairlock/lua"
+	"github.com/redis/go-redis/v9"
+)
+
+// unlockRetries is how many times an unlock is sent when Redis does not
+// answer; the latch makes a repeat return the first outcome.
+const unlockRetries = 3
+
+// Unlock releases one hold. When ctx has ended, before or during the call,
+// it still runs to completion on a fresh context bounded by CleanupTime. It
+// returns ErrNotHeld when the owner does not hold the lock, and changes
+// nothing then.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	if ctx == nil {
+		return errNilCtx
+	}
+	if ctx.Err() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), m.S.Config.CleanupTime)
+		defer cancel()
+	}
+	// A give-back still running (of an acquisition that returned without
+	// the lock, or of a lost hold's field) is this handle's, not the
+	// caller's hold: it is waited for, so that Unlock does not release what
+	// the caller was told it does not hold (it then returns ErrNotHeld).
+	// When ctx ends first, the unlock is sent anyway.
+	_ = m.settle(ctx)
+	m.mu.Lock()
+	h := m.cur
+	leaseMs := m.S.Config.Lease.Milliseconds()
+	if h != nil {
+		leaseMs = h.leaseMs
+	}
+	m.mu.Unlock()
+	a := m.unlockArgs(leaseMs)
+	var res lua.UnlockResult
+	var err error
+	fresh := false
+	for try := 0; try < unlockRetries; try++ {
+		a.NowMs = m.S.WallMs()
+		args := a // the call may outlive this try: it gets its own copy
+		res, err = callC(ctx, m.S.inline(ctx), nil, func(ctx context.Context) (lua.UnlockResult, error) { return m.E.Unlock(ctx, args) })
+		if isTryAgain(err) && ctx.Err() == nil {
+			// A slot migration: nothing ran. Wait for it, within ctx.
+			try--
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if err == nil || isScriptError(err) {
+			break
+		}
+		if ctx.Err() != nil {
+			if fresh {
+				break
+			}
+			// ctx ended during the call: finish on a fresh context. The
+			// same request id makes a repeat return the first outcome.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), m.S.Config.CleanupTime)
+			defer cancel()
+			fresh = true
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("fairlock: unlock %q: %w", m.Keys.Name, err)
+	}
+	switch res {
+	case lua.StillHeld:
+		m.mu.Lock()
+		if m.holds > 1 {
+			m.holds--
+		}
+		m.mu.Unlock()
+		return nil
+	case lua.Released:
+		m.released(h)
+		return nil
+	}
+	if h != nil {
+		m.end(h, fmt.Errorf("%w: %q: not held at unlock", ErrLost, m.Keys.Name))
+	}
+	if m.S.Closed() {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w: %q by %s", ErrNotHeld, m.Keys.Name, m.Owner)
+}
+
+// released ends hold h after Redis confirmed its release. The lock was held
+// until then, so a loss reported meanwhile (a renewal racing the unlock and
+// finding the key already gone, or the validity timer firing during the
+// call) is withdrawn: Err is nil after a clean unlock.
+func (m *Mutex) released(h *hold) {
+	if h == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur == h {
+		m.endLocked(h, nil)
+		return
+	}
+	if m.last == h && errors.Is(h.err, ErrLost) {
+		h.err = nil
+	}
+}
+
+// closeHold ends the current hold because the session is closing (Done
+// closed, Err matching ErrClosed) and releases every hold of it in Redis,
+// best effort, within ctx.
+func (m *Mutex) closeHold(ctx context.Context) {
+	m.mu.Lock()
+	h, n := m.cur, m.holds
+	leaseMs := m.S.Config.Lease.Milliseconds()
+	if h != nil {
+		leaseMs = h.leaseMs
+	}
+	m.endLocked(h, fmt.Errorf("%w: %q: the client was closed while the lock was held", ErrClosed, m.Keys.Name))
+	m.mu.Unlock()
+	if h == nil {
+		return
+	}
+	for range max(n, 1) {
+		a := m.unlockArgs(leaseMs)
+		a.NowMs = m.S.WallMs()
+		res, err := call(ctx, func(ctx context.Context) (lua.UnlockResult, error) { return m.E.Unlock(ctx, a) })
+		if err != nil || res != lua.StillHeld {
+			return
+		}
+	}
+}
+
+// notSent reports an error that proves a command never reached Redis (no
+// connection could be made), so it cannot have changed anything.
+func notSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return strings.Contains(err.Error(), "failed to dial")
+}
+
+// isTryAgain reports Redis's TRYAGAIN: a multi-key command during a slot
+// migration, refused before anything ran.
+func isTryAgain(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "TRYAGAIN")
+}
+
+func isScriptError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var re redis.Error
+	return errors.As(err, &re)
+}
