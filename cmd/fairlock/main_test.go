@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/cmd/fairlock/internal/demo"
+	"github.com/fairlock-go/fairlock/cmd/fairlock/internal/inspect"
 	"github.com/fairlock-go/fairlock/fair"
-	"github.com/fairlock-go/fairlock/internal/demo"
-	"github.com/fairlock-go/fairlock/internal/inspect"
 	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/lua"
 )
@@ -349,7 +349,7 @@ func TestInspectReadOnly(t *testing.T) {
 		// MAINT_NOTIFICATIONS: connection settings, not data) and reads.
 		allowed := map[string]bool{"hello": true, "client setinfo": true, "client maint_notifications": true,
 			"multi": true, "exec": true, "type": true, "hgetall": true,
-			"pttl": true, "lrange": true, "zrange": true, "time": true}
+			"pttl": true, "lrange": true, "zrange": true, "get": true, "time": true}
 		require.NotEmpty(t, rec.cmds)
 		for _, c := range rec.cmds {
 			assert.True(t, allowed[c], "inspector sent %s", c)
