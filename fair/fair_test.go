@@ -19,6 +19,7 @@ import (
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/internal/lockstate"
 	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/lua"
 )
@@ -51,15 +52,13 @@ func testCtx(t testing.TB) context.Context {
 type engineCase struct {
 	name string
 	opt  fair.Option
-	// queue reads the waiters, head first, and their absolute deadlines.
-	queue func(t testing.TB, rdb redis.UniversalClient, name string) ([]string, map[string]int64)
 	// dead queues an owner that will never come back (a crashed client).
 	dead func(t testing.TB, rdb redis.UniversalClient, name, owner string, slot time.Duration)
 }
 
 var engineCases = []engineCase{
-	{"redisson", fair.WithEngine(fair.Redisson), redissonQueue, enqueueDead},
-	{"scalable", fair.WithEngine(fair.Scalable), scalableQueue, enqueueDeadScalable},
+	{lockstate.Redisson, fair.WithEngine(fair.Redisson), enqueueDead},
+	{lockstate.Scalable, fair.WithEngine(fair.Scalable), enqueueDeadScalable},
 }
 
 // eachEngine runs f for each engine on miniredis and on redis-server.
@@ -80,20 +79,21 @@ func (e engineCase) waitQueued(t testing.TB, rdb redis.UniversalClient, name str
 	}, 10*time.Second, time.Millisecond, "%s queue of %s never reached %d", e.name, name, n)
 }
 
-// redissonQueue reads redisson_lock_queue and redisson_lock_timeout.
-func redissonQueue(t testing.TB, rdb redis.UniversalClient, name string) ([]string, map[string]int64) {
+// queue reads e's queue of name: the waiters, head first, and their
+// absolute deadlines (every score of the timeout zset, or the scalable
+// queue's head deadline plus the deltas). Keys of the other engine, or of
+// the wrong type, or a scalable queue whose deadlines cannot be read, fail
+// the test.
+func (e engineCase) queue(t testing.TB, rdb redis.UniversalClient, name string) ([]string, map[string]int64) {
 	t.Helper()
-	ctx := context.Background()
-	k := lua.KeysFor(name)
-	order, err := rdb.LRange(ctx, k.Queue, 0, -1).Result()
+	s, err := lockstate.Read(context.Background(), rdb, name)
 	require.NoError(t, err)
-	zs, err := rdb.ZRangeWithScores(ctx, k.Timeouts, 0, -1).Result()
-	require.NoError(t, err)
-	deadlines := map[string]int64{}
-	for _, z := range zs {
-		deadlines[z.Member.(string)] = int64(z.Score)
+	require.Contains(t, []string{"", e.name}, s.Engine, "%s: the queue keys are the %s engine's", e.name, s.Engine)
+	require.False(t, s.Has("wrong-type"), "%v", s.Problems)
+	if e.name == lockstate.Scalable {
+		require.False(t, s.Has("scalable-no-head") || s.Has("no-deadline"), "%v", s.Problems)
 	}
-	return order, deadlines
+	return s.Owners(), s.Deadlines()
 }
 
 func TestFIFOAcrossClients(t *testing.T) {

@@ -3,7 +3,6 @@ package fair_test
 import (
 	"context"
 	"errors"
-	"strconv"
 	"testing"
 	"time"
 
@@ -17,29 +16,6 @@ import (
 )
 
 var scalable = fair.WithEngine(fair.Scalable)
-
-// scalableQueue reads the scalable engine's queue of name: the waiters head
-// first and their absolute deadlines (the head's plus the deltas).
-func scalableQueue(t testing.TB, rdb redis.UniversalClient, name string) ([]string, map[string]int64) {
-	t.Helper()
-	f, err := rdb.HGetAll(context.Background(), lua.KeysFor(name).ScalableQueue()).Result()
-	require.NoError(t, err)
-	deadlines := map[string]int64{}
-	var order []string
-	if len(f) == 0 {
-		return order, deadlines
-	}
-	d, err := strconv.ParseInt(f["hd"], 10, 64)
-	require.NoError(t, err)
-	for o := f["h"]; o != "" && len(order) <= len(f); o = f["n:"+o] {
-		delta, err := strconv.ParseInt(f["d:"+o], 10, 64)
-		require.NoError(t, err)
-		d += delta
-		order = append(order, o)
-		deadlines[o] = d
-	}
-	return order, deadlines
-}
 
 func TestScalableKeyName(t *testing.T) {
 	assert.Equal(t, "fairlock_squeue:{seats}", lua.KeysFor("seats").ScalableQueue())

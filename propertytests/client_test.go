@@ -19,7 +19,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
-	"github.com/fairlock-go/fairlock/internal/inspect"
+	"github.com/fairlock-go/fairlock/internal/lockstate"
 	"github.com/fairlock-go/fairlock/lua"
 )
 
@@ -97,7 +97,7 @@ func (cm *clientMachine) engineName() string {
 func (cm *clientMachine) fatalf(t *rapid.T, format string, args ...any) {
 	t.Helper()
 	var state string
-	if r, err := inspect.Read(cm.ctx, cm.rdb, cm.name, time.Now()); err == nil {
+	if r, err := lockstate.Read(cm.ctx, cm.rdb, cm.name); err == nil {
 		var q []string
 		for _, w := range r.Queue {
 			q = append(q, fmt.Sprintf("%s(%+dms)", w.Owner, w.LeftMs))
@@ -450,12 +450,11 @@ func (cm *clientMachine) cancelWait(t *rapid.T) {
 func (cm *clientMachine) awaitLeft(t *rapid.T, a *attempt) {
 	deadline := time.Now().Add(clientPatience)
 	for {
-		r, err := inspect.Read(cm.ctx, cm.rdb, cm.name, time.Now())
+		r, err := lockstate.Read(cm.ctx, cm.rdb, cm.name)
 		if err != nil {
-			t.Fatalf("inspect: %v", err)
+			t.Fatalf("read the lock state: %v", err)
 		}
-		if !slices.ContainsFunc(r.Queue, func(w inspect.Waiter) bool { return w.Owner == a.owner }) &&
-			!slices.ContainsFunc(r.Holders, func(h inspect.Holder) bool { return h.Owner == a.owner }) {
+		if _, held := r.Holds()[a.owner]; !r.Queued(a.owner) && !held {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -539,14 +538,11 @@ func (cm *clientMachine) check(t *rapid.T) {
 	if cm.timed {
 		return
 	}
-	r, err := inspect.Read(cm.ctx, cm.rdb, cm.name, time.Now())
+	r, err := lockstate.Read(cm.ctx, cm.rdb, cm.name)
 	if err != nil {
-		t.Fatalf("inspect: %v", err)
+		t.Fatalf("read the lock state: %v", err)
 	}
-	var got, want []string
-	for _, w := range r.Queue {
-		got = append(got, w.Owner)
-	}
+	got, want := r.Owners(), []string{}
 	var waiters []*attempt
 	for _, hd := range cm.handles {
 		if hd.cur != nil {
@@ -560,10 +556,7 @@ func (cm *clientMachine) check(t *rapid.T) {
 	if !slices.Equal(got, want) {
 		cm.fatalf(t, "queue in Redis %v, want %v", got, want)
 	}
-	gotHolds, wantHolds := map[string]int64{}, map[string]int64{}
-	for _, x := range r.Holders {
-		gotHolds[x.Owner] = x.HoldCount
-	}
+	gotHolds, wantHolds := r.Holds(), map[string]int64{}
 	for _, hd := range cm.handles {
 		if hd.holds > 0 {
 			wantHolds[hd.m.Owner()] = int64(hd.holds)

@@ -36,8 +36,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fairlock-go/fairlock/internal/demo"
-	"github.com/fairlock-go/fairlock/internal/inspect"
+	"github.com/fairlock-go/fairlock/cmd/fairlock/internal/demo"
+	"github.com/fairlock-go/fairlock/cmd/fairlock/internal/inspect"
 	"github.com/fairlock-go/fairlock/lua"
 )
 

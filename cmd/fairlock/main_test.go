@@ -19,9 +19,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/cmd/fairlock/internal/demo"
+	"github.com/fairlock-go/fairlock/cmd/fairlock/internal/inspect"
 	"github.com/fairlock-go/fairlock/fair"
-	"github.com/fairlock-go/fairlock/internal/demo"
-	"github.com/fairlock-go/fairlock/internal/inspect"
+	"github.com/fairlock-go/fairlock/internal/lockstate"
 	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/lua"
 )
@@ -192,8 +193,8 @@ func TestDemoCancel(t *testing.T) {
 		n, err := rdb.Exists(context.Background(), k.Name, k.Queue, k.Timeouts).Result()
 		require.NoError(t, err)
 		if !assert.Zero(t, n, "lock keys after an interrupted run") {
-			t.Logf("lock hash %v, pttl %v, queue %v", rdb.HGetAll(context.Background(), k.Name).Val(),
-				rdb.PTTL(context.Background(), k.Name).Val(), rdb.LRange(context.Background(), k.Queue, 0, -1).Val())
+			st, err := lockstate.Read(context.Background(), rdb, rs[0].Lock)
+			t.Logf("lock state %+v (read error %v)", st, err)
 			for _, bk := range rs[0].Bookings {
 				t.Logf("booking %+v", bk)
 			}
@@ -349,7 +350,7 @@ func TestInspectReadOnly(t *testing.T) {
 		// MAINT_NOTIFICATIONS: connection settings, not data) and reads.
 		allowed := map[string]bool{"hello": true, "client setinfo": true, "client maint_notifications": true,
 			"multi": true, "exec": true, "type": true, "hgetall": true,
-			"pttl": true, "lrange": true, "zrange": true, "time": true}
+			"pttl": true, "lrange": true, "zrange": true, "get": true, "time": true}
 		require.NotEmpty(t, rec.cmds)
 		for _, c := range rec.cmds {
 			assert.True(t, allowed[c], "inspector sent %s", c)

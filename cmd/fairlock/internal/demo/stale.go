@@ -99,48 +99,19 @@ func RunStale(ctx context.Context, c StaleConfig) (*StaleResult, error) {
 		write = FencedBooking
 	}
 	if c.Mini != nil {
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			const tick = 10 * time.Millisecond
-			t := time.NewTicker(tick)
-			defer t.Stop()
-			for {
-				select {
-				case <-t.C:
-					c.Mini.FastForward(tick)
-				case <-stop:
-					return
-				}
-			}
-		}()
+		defer runClock(c.Mini)()
 	}
 	name := c.Prefix + "stale"
 	res := &StaleResult{Seat: c.Prefix + "seat:12A", Lock: name, Lease: c.Lease}
 	rdb := redis.NewClient(c.Redis) // the seat's own connection
 	defer rdb.Close()
 
-	newBooker := func() (*fairlock.Client, *redis.Client, *fair.Mutex, error) {
-		r := redis.NewClient(c.Redis)
-		fl, err := fairlock.NewClient(r)
-		if err != nil {
-			_ = r.Close()
-			return nil, nil, nil, err
-		}
-		m, err := fair.New(fl, name)
-		if err != nil {
-			_ = fl.Close()
-			_ = r.Close()
-			return nil, nil, nil, err
-		}
-		return fl, r, m, nil
-	}
-	flA, rA, a, err := newBooker()
+	flA, rA, a, err := newBooker(c.Redis, name)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = flA.Close(); _ = rA.Close() }()
-	flB, rB, b, err := newBooker()
+	flB, rB, b, err := newBooker(c.Redis, name)
 	if err != nil {
 		return nil, err
 	}
@@ -207,18 +178,64 @@ func RunStale(ctx context.Context, c StaleConfig) (*StaleResult, error) {
 	stepA.LeaseEnd = <-leaseEnd
 	res.Steps = append(res.Steps, stepA)
 
+	if err := finishStale(ctx, rdb, res, c.Keep); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// runClock moves mini's clock with the real one until the returned stop is
+// called.
+func runClock(mini *miniredis.Miniredis) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		const tick = 10 * time.Millisecond
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				mini.FastForward(tick)
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// newBooker is one booker: its own connection, client and fair lock handle.
+func newBooker(o *redis.Options, name string) (*fairlock.Client, *redis.Client, *fair.Mutex, error) {
+	r := redis.NewClient(o)
+	fl, err := fairlock.NewClient(r)
+	if err != nil {
+		_ = r.Close()
+		return nil, nil, nil, err
+	}
+	m, err := fair.New(fl, name)
+	if err != nil {
+		_ = fl.Close()
+		_ = r.Close()
+		return nil, nil, nil, err
+	}
+	return fl, r, m, nil
+}
+
+// finishStale reads who the seat ended with and, unless keep, deletes the
+// demo's keys.
+func finishStale(ctx context.Context, rdb *redis.Client, res *StaleResult, keep bool) error {
 	m, err := rdb.HGetAll(ctx, res.Seat).Result()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.FinalHolder = m["holder"]
 	res.FinalToken, _ = strconv.ParseInt(m["token"], 10, 64)
-	if !c.Keep {
+	if !keep {
 		fk, _ := fence.Key(res.Seat)
 		// The lock's token counter too: the demo's namespace is its own.
-		_ = rdb.Del(context.WithoutCancel(ctx), res.Seat, fk, lua.KeysFor(name).Token()).Err()
+		_ = rdb.Del(context.WithoutCancel(ctx), res.Seat, fk, lua.KeysFor(res.Lock).Token()).Err()
 	}
-	return res, nil
+	return nil
 }
 
 // ReportStale writes the stale-writer table.

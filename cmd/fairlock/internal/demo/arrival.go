@@ -1,0 +1,100 @@
+package demo
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock/lua"
+)
+
+// arrivalHook watches one go-redis client for the first lock attempt of
+// owners that are arriving: the EVALSHA (or EVAL) of the kind's acquire
+// script with the owner among its arguments.
+type arrivalHook struct {
+	sha     string
+	mu      sync.Mutex
+	pending map[string]func(acquired bool)
+}
+
+func newArrivalHook(kind string, scripts *lua.Scripts) *arrivalHook {
+	file := lua.FileAcquire
+	if kind == Fair {
+		file = lua.FileFairTryLockWait
+	}
+	if scripts == nil {
+		scripts = lua.Default
+	}
+	return &arrivalHook{sha: scripts.Script(file).Hash(), pending: map[string]func(bool){}}
+}
+
+func (h *arrivalHook) expect(owner string, f func(acquired bool)) {
+	h.mu.Lock()
+	h.pending[owner] = f
+	h.mu.Unlock()
+}
+
+func (h *arrivalHook) forget(owner string) {
+	h.mu.Lock()
+	delete(h.pending, owner)
+	h.mu.Unlock()
+}
+
+func (h *arrivalHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *arrivalHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *arrivalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if len(args) < 3 {
+			return err
+		}
+		switch fmt.Sprint(args[0]) {
+		case "evalsha":
+			if args[1] != h.sha {
+				return err
+			}
+		case "eval":
+			src, _ := args[1].(string)
+			if sum := sha1.Sum([]byte(src)); hex.EncodeToString(sum[:]) != h.sha {
+				return err
+			}
+		default:
+			return err
+		}
+		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			return err // not run: go-redis sends EVAL next
+		}
+		h.mu.Lock()
+		var f func(bool)
+		for _, a := range args[2:] {
+			if s, ok := a.(string); ok {
+				if f = h.pending[s]; f != nil {
+					delete(h.pending, s)
+					break
+				}
+			}
+		}
+		h.mu.Unlock()
+		if f != nil {
+			acquired := false
+			if c, ok := cmd.(*redis.Cmd); ok {
+				v, rerr := c.Result()
+				tok, _ := v.([]any) // a fair grant with its fencing token: {-1, token}
+				acquired = v == "OK" || errors.Is(rerr, redis.Nil) || len(tok) == 2 && tok[1] != int64(-1)
+			}
+			f(acquired)
+		}
+		return err
+	}
+}

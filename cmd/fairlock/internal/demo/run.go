@@ -1,0 +1,326 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/fair"
+	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/reentrant"
+)
+
+// run is the shared state of one kind's run.
+type run struct {
+	c        Config
+	kind     string
+	keys     lua.Keys
+	next     string // counter: seats booked so far
+	bookings string // hash: seat -> who
+	observer *redis.Client
+
+	gate     chan struct{} // one token: held by the booking that is arriving
+	arrivals atomic.Int64
+	grants   atomic.Int64
+	waiting  atomic.Int64
+	soldOut  atomic.Bool
+
+	mu       sync.Mutex
+	seqOf    map[string]int // owner -> arrival number of its current attempt
+	result   *Result
+	firstErr error
+}
+
+// demoClient is one client of a run: its own go-redis client, with the
+// arrival hook.
+type demoClient struct {
+	rdb  *redis.Client
+	hook *arrivalHook
+	fl   *fairlock.Client
+}
+
+// contender is one goroutine's lock handle.
+type contender struct {
+	lk   locker
+	hook *arrivalHook
+	who  string
+	rng  *mrand.Rand
+}
+
+func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
+	name := c.Prefix + kind
+	r := &run{
+		c: c, kind: kind, keys: lua.KeysFor(name),
+		next: c.Prefix + kind + ":next", bookings: BookingsKey(c.Prefix, kind),
+		observer: redis.NewClient(c.Redis),
+		gate:     make(chan struct{}, 1),
+		seqOf:    map[string]int{},
+		result: &Result{Kind: kind, Lock: name, Contenders: c.Clients * c.Goroutines,
+			PerContender: make([]int, c.Clients*c.Goroutines)},
+	}
+	defer r.observer.Close()
+	r.gate <- struct{}{}
+
+	clients := make([]demoClient, c.Clients)
+	defer func() {
+		for _, cl := range clients {
+			if cl.fl != nil {
+				_ = cl.fl.Close()
+			}
+			if cl.rdb != nil {
+				_ = cl.rdb.Close()
+			}
+		}
+	}()
+	if err := newClients(c, kind, clients); err != nil {
+		return nil, err
+	}
+	cs, err := newContenders(ctx, c, kind, name, clients)
+	if err != nil {
+		return nil, err
+	}
+
+	start := time.Now()
+	stopProgress := r.progress(start)
+	var wg sync.WaitGroup
+	for i, ct := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.contend(ctx, ct.lk, ct.hook, i, ct.who, ct.rng)
+		}()
+	}
+	wg.Wait()
+	r.result.Elapsed = time.Since(start)
+	stopProgress()
+	return r.finish(ctx, clients)
+}
+
+// newClients fills clients; the caller closes what it holds.
+func newClients(c Config, kind string, clients []demoClient) error {
+	for i := range clients {
+		rdb := redis.NewClient(c.Redis)
+		h := newArrivalHook(kind, c.Scripts)
+		rdb.AddHook(h)
+		fl, err := fairlock.NewClient(rdb, c.Options...)
+		if err != nil {
+			_ = rdb.Close()
+			return err
+		}
+		if c.Scripts != nil {
+			core.Of(fl).Scripts = c.Scripts
+		}
+		clients[i] = demoClient{rdb: rdb, hook: h, fl: fl}
+	}
+	return nil
+}
+
+// newContenders makes every handle, and every connection, before the clock
+// starts.
+func newContenders(ctx context.Context, c Config, kind, name string, clients []demoClient) ([]contender, error) {
+	var cs []contender
+	for ci, cl := range clients {
+		if err := cl.rdb.Ping(ctx).Err(); err != nil {
+			return nil, err
+		}
+		for g := 0; g < c.Goroutines; g++ {
+			lk, err := newLocker(kind, cl.fl, name)
+			if err != nil {
+				return nil, err
+			}
+			cs = append(cs, contender{lk: lk, hook: cl.hook, who: fmt.Sprintf("c%dg%d", ci+1, g+1),
+				rng: mrand.New(mrand.NewPCG(c.Seed, uint64(len(cs))))})
+		}
+	}
+	return cs, nil
+}
+
+// finish closes the clients, deletes the demo's keys, records the lock's
+// keys left behind and sorts the bookings by grant.
+func (r *run) finish(ctx context.Context, clients []demoClient) (*Result, error) {
+	// A call that ended with ctx returned at once and gives back what it
+	// took in the background: closing the clients waits for that.
+	for _, cl := range clients {
+		_ = cl.fl.Close()
+	}
+	// The demo's own keys go; the lock's keys must already be gone.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if !r.c.Keep {
+		// With the fair lock's fencing token counter, which never expires.
+		_ = r.observer.Del(cctx, r.next, r.bookings, r.keys.Token()).Err()
+	}
+	for _, k := range []string{r.keys.Name, r.keys.Queue, r.keys.Timeouts} {
+		if n, err := r.observer.Exists(cctx, k).Result(); err == nil && n > 0 {
+			r.result.Leftover = append(r.result.Leftover, k)
+		}
+	}
+	sort.Slice(r.result.Bookings, func(i, j int) bool { return r.result.Bookings[i].Grant < r.result.Bookings[j].Grant })
+	if err := ctx.Err(); err != nil {
+		return r.result, err
+	}
+	return r.result, r.firstErr
+}
+
+// locker is what the demo needs of either lock.
+type locker interface {
+	Lock(context.Context) error
+	Unlock(context.Context) error
+	Owner() string
+}
+
+func newLocker(kind string, c *fairlock.Client, name string) (locker, error) {
+	if kind == Fair {
+		return fair.New(c, name)
+	}
+	return reentrant.New(c, name)
+}
+
+func (r *run) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.firstErr == nil {
+		r.firstErr = err
+	}
+}
+
+// contend books seats until none is left or ctx ends.
+func (r *run) contend(ctx context.Context, lk locker, hook *arrivalHook, idx int, who string, rng *mrand.Rand) {
+	owner := lk.Owner()
+	for !r.soldOut.Load() && ctx.Err() == nil {
+		// Arrive: take the gate, then the arrival number; the hook
+		// gives the gate back once the first attempt has run in Redis.
+		select {
+		case <-r.gate:
+		case <-ctx.Done():
+			return
+		}
+		if r.soldOut.Load() {
+			r.gate <- struct{}{}
+			return
+		}
+		seq := int(r.arrivals.Add(1))
+		r.mu.Lock()
+		r.seqOf[owner] = seq
+		r.mu.Unlock()
+		var once sync.Once
+		release := func() { once.Do(func() { r.gate <- struct{}{} }) }
+		hook.expect(owner, func(acquired bool) {
+			if r.kind == Fair && !acquired {
+				r.checkQueue(ctx, owner)
+			}
+			release()
+		})
+		r.waiting.Add(1)
+		t0 := time.Now()
+		err := lk.Lock(ctx)
+		wait := time.Since(t0)
+		r.waiting.Add(-1)
+		hook.forget(owner)
+		release() // when Lock failed before its first attempt ran
+		if err != nil {
+			if ctx.Err() == nil {
+				r.fail(fmt.Errorf("%s lock %s: %w", r.kind, who, err))
+			}
+			return
+		}
+		grant := int(r.grants.Add(1))
+		seat, err := r.book(ctx, who, rng)
+		// Unlock on a context that Ctrl-C does not end: the library runs
+		// an Unlock whose ctx has already ended on a fresh context, but
+		// one whose ctx ends during the call (waiting for a pooled
+		// connection, say) fails and leaves the lock held, renewed by the
+		// watchdog. An interrupted demo must leave no lock behind.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if uerr := lk.Unlock(uctx); uerr != nil && err == nil {
+			err = fmt.Errorf("%s unlock %s: %w", r.kind, who, uerr)
+		}
+		cancel()
+		r.mu.Lock()
+		r.result.Bookings = append(r.result.Bookings,
+			Booking{Grant: grant, Arrival: seq, Who: who, Owner: owner, Seat: seat, Wait: wait})
+		if seat > 0 {
+			r.result.Booked++
+			r.result.PerContender[idx]++
+		}
+		r.mu.Unlock()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.fail(err)
+			}
+			return
+		}
+	}
+}
+
+// book runs inside the lock: read the next free seat, write the booking,
+// hold the lock a while. The read-then-write is deliberately not atomic in
+// Redis: only the lock keeps two holders from taking the same seat, and
+// HSETNX counts any seat written twice.
+func (r *run) book(ctx context.Context, who string, rng *mrand.Rand) (int, error) {
+	n, err := r.observer.Get(ctx, r.next).Int()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return 0, err
+	}
+	if n >= r.c.Seats {
+		r.soldOut.Store(true)
+		return 0, nil
+	}
+	seat := n + 1
+	fresh, err := r.observer.HSetNX(ctx, r.bookings, fmt.Sprint(seat), who).Result()
+	if err != nil {
+		return 0, err
+	}
+	if !fresh {
+		r.mu.Lock()
+		r.result.DoubleBookings++
+		r.mu.Unlock()
+	}
+	if err := r.observer.Set(ctx, r.next, seat, 0).Err(); err != nil {
+		return 0, err
+	}
+	if r.c.Hold > 0 {
+		d := r.c.Hold/2 + time.Duration(rng.Int64N(int64(r.c.Hold)+1))
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+	return seat, nil
+}
+
+// checkQueue reads the fair queue right after owner (arrival seq) joined it,
+// while the gate keeps anyone else from joining: the queue must list waiters
+// in arrival order, owner last. (Waiters only leave it meanwhile.)
+func (r *run) checkQueue(ctx context.Context, owner string) {
+	q, err := r.observer.LRange(ctx, r.keys.Queue, 0, -1).Result()
+	if err != nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.result.QueueChecks++
+	ok := len(q) > 0 && q[len(q)-1] == owner
+	last := 0
+	for _, o := range q {
+		s := r.seqOf[o]
+		if s <= last {
+			ok = false
+		}
+		last = s
+	}
+	if !ok {
+		r.result.QueueMismatches++
+	}
+}
