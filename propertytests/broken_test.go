@@ -166,23 +166,35 @@ func requireCaught(t *testing.T, name string, machine func(b backend, c *counts)
 	for _, be := range backends {
 		t.Run(be.name, func(t *testing.T) {
 			b := be.b(t)
-			r := &recorder{name: t.Name()}
 			var c counts
-			func() {
-				defer func() {
-					if p := recover(); p != nil && p != errFailNow {
-						panic(p)
-					}
+			// Some variants break a path that random sequences reach in
+			// about one run of rapid's 100 in ten ("the head's second
+			// grace starts without waking it" was missed 8 times in 80
+			// runs, before and after issue 20): each round has a fresh
+			// seed, and a variant must be caught within five.
+			for round := 1; round <= caughtRounds; round++ {
+				r := &recorder{name: t.Name()}
+				func() {
+					defer func() {
+						if p := recover(); p != nil && p != errFailNow {
+							panic(p)
+						}
+					}()
+					rapid.Check(r, machine(b, &c))
 				}()
-				rapid.Check(r, machine(b, &c))
-			}()
-			if !r.Failed() {
-				t.Fatalf("the machine did not catch %q in %d sequences, %d steps", name, c.sequences, c.steps)
+				if r.Failed() {
+					t.Logf("caught in round %d (%d sequences run, shrinking included): %s", round, c.sequences, r.first())
+					return
+				}
 			}
-			t.Logf("caught (%d sequences run, shrinking included): %s", c.sequences, r.first())
+			t.Fatalf("the machine did not catch %q in %d sequences, %d steps", name, c.sequences, c.steps)
 		})
 	}
 }
+
+// caughtRounds is how many rounds of rapid's checks a broken variant has to
+// be caught in.
+const caughtRounds = 5
 
 func setFlag(t *testing.T, name, value string) {
 	f := flag.Lookup(name)

@@ -111,13 +111,14 @@ func newClients(c Config, kind string, clients []demoClient) error {
 		rdb := redis.NewClient(c.Redis)
 		h := newArrivalHook(kind, c.Scripts)
 		rdb.AddHook(h)
-		fl, err := fairlock.NewClient(rdb, c.Options...)
+		opts := c.Options
+		if c.Scripts != nil {
+			opts = append(opts[:len(opts):len(opts)], core.WithScripts(c.Scripts))
+		}
+		fl, err := fairlock.NewClient(rdb, opts...)
 		if err != nil {
 			_ = rdb.Close()
 			return err
-		}
-		if c.Scripts != nil {
-			core.Of(fl).Scripts = c.Scripts
 		}
 		clients[i] = demoClient{rdb: rdb, hook: h, fl: fl}
 	}
