@@ -27,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock-go/fairlock/internal/core"
+	_ "github.com/fairlock-go/fairlock/lua" // the scripts the locks run (wire.Load)
 )
 
 // Errors returned by the locks. Test them with errors.Is.

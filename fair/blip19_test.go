@@ -15,7 +15,7 @@ import (
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/faultproxy"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Issue 19 (e): a deadline key of the wrong type (the Redisson engine's
@@ -33,7 +33,7 @@ func TestWrongTypedQueueKeyIsReportedAtOnce(t *testing.T) {
 			c := newClient(t, b.Client(t), fairlock.WithCleanupTimeout(5*time.Second))
 			holder := newMutex(t, c, name, e.opt)
 			require.NoError(t, holder.Lock(ctx))
-			k := lua.KeysFor(name)
+			k := wire.KeysFor(name)
 			require.NoError(t, direct.Set(ctx, k.Timeouts, "not a queue", 0).Err())
 			m := newMutex(t, c, name, e.opt, fair.WithWaitSlot(time.Minute))
 			start := time.Now()
@@ -72,7 +72,7 @@ func TestCloseEndsALockWaitingForAGiveUp(t *testing.T) {
 	go func() { res <- m.Lock(first) }()
 	direct := b.Client(t)
 	require.Eventually(t, func() bool {
-		return slices.Contains(direct.LRange(ctx, lua.KeysFor(name).Queue, 0, -1).Val(), m.Owner())
+		return slices.Contains(direct.LRange(ctx, wire.KeysFor(name).Queue, 0, -1).Val(), m.Owner())
 	}, 10*time.Second, time.Millisecond)
 	undo := p.Stall() // the give-up cannot get through
 	defer undo()

@@ -11,7 +11,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Seats are handed out in arrival order: each caller queues on the fair
@@ -47,7 +47,7 @@ func ExampleMutex_Lock() {
 			_ = m.Unlock(ctx)
 		}()
 		// wait until this caller is queued before the next one arrives
-		for rdb.LLen(ctx, lua.KeysFor("concert").Queue).Val() < int64(i+1) {
+		for rdb.LLen(ctx, wire.KeysFor("concert").Queue).Val() < int64(i+1) {
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -79,7 +79,7 @@ func ExampleMutex_TryLockFor() {
 	waiter, _ := fair.New(client, "printer")
 	ok, err := waiter.TryLockFor(ctx, 50*time.Millisecond, 0)
 	fmt.Println(ok, err)
-	fmt.Println("queue left behind:", rdb.Exists(ctx, lua.KeysFor("printer").Queue).Val())
+	fmt.Println("queue left behind:", rdb.Exists(ctx, wire.KeysFor("printer").Queue).Val())
 	_ = holder.Unlock(ctx)
 	// Output:
 	// false <nil>

@@ -31,7 +31,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Forever, as AcquireOptions.Wait, waits until the lock is acquired or the
@@ -79,12 +79,12 @@ func WithWaitSlot(d time.Duration) Option {
 // New returns a handle on the fair lock called name. The name must be
 // non-empty; it may carry a Redis hash tag. New does not talk to Redis.
 func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
-	h, m, _, err := core.NewLock[fairlock.FencedHandle](c, name, opts, func(s *core.Session, k lua.Keys, cfg core.LockConfig) (core.Engine, error) {
+	h, m, _, err := core.NewLock[fairlock.FencedHandle](c, name, opts, func(s *core.Session, k wire.Keys, cfg core.LockConfig) (core.Engine, error) {
 		switch Engine(cfg.Engine) {
 		case Redisson:
 			return engine{s: s, k: k, set: s.Scripts().Fair()}, nil
 		case Scalable:
-			return engine{s: s, k: k, set: lua.ScalableDefault.Fair()}, nil
+			return engine{s: s, k: k, set: wire.ScalableDefault().Fair()}, nil
 		}
 		return nil, fmt.Errorf("%w: engine %d", fairlock.ErrInvalidValue, cfg.Engine)
 	})
@@ -127,13 +127,13 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOptions) (bool, error) {
 // the engine's own queue representation (set).
 type engine struct {
 	s   *core.Session
-	k   lua.Keys
-	set lua.FairSet
+	k   wire.Keys
+	set wire.FairSet
 }
 
 // Try replies the fencing token in place of the ttl when acquired
 // (core.Engine).
-func (e engine) Try(ctx context.Context, a lua.Args, queue bool) (bool, int64, error) {
+func (e engine) Try(ctx context.Context, a wire.Args, queue bool) (bool, int64, error) {
 	if queue {
 		ok, ttl, token, err := e.set.TryLockWaitToken(ctx, e.s.RDB, e.k, a)
 		if ok {
@@ -145,15 +145,15 @@ func (e engine) Try(ctx context.Context, a lua.Args, queue bool) (bool, int64, e
 	return ok, token, err
 }
 
-func (e engine) GiveUp(ctx context.Context, a lua.Args) error {
+func (e engine) GiveUp(ctx context.Context, a wire.Args) error {
 	return e.set.AcquireFailed(ctx, e.s.RDB, e.k, a)
 }
 
-func (e engine) Unlock(ctx context.Context, a lua.Args) (lua.UnlockResult, error) {
+func (e engine) Unlock(ctx context.Context, a wire.Args) (wire.UnlockResult, error) {
 	return e.set.Unlock(ctx, e.s.RDB, e.k, a)
 }
 
-func (e engine) ForceUnlock(ctx context.Context, a lua.Args) (bool, error) {
+func (e engine) ForceUnlock(ctx context.Context, a wire.Args) (bool, error) {
 	return e.set.ForceUnlock(ctx, e.s.RDB, e.k, a)
 }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/internal/lockstate"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 func TestMain(m *testing.M) { os.Exit(redistest.MainLeakCheck(m)) }
@@ -207,12 +207,12 @@ func TestCanceledWaiterShiftsFollowersAndLeavesNoTrace(t *testing.T) {
 func enqueueDead(t testing.TB, rdb redis.UniversalClient, name, owner string, slot time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	k := lua.KeysFor(name)
+	k := wire.KeysFor(name)
 	free := rdb.Exists(ctx, k.Name).Val() == 0
 	if free {
 		require.NoError(t, rdb.HSet(ctx, k.Name, "placeholder:0", 1).Err())
 	}
-	ok, _, err := lua.Default.FairTryLockWait(ctx, rdb, k, lua.Args{
+	ok, _, err := wire.Default().FairTryLockWait(ctx, rdb, k, wire.Args{
 		Owner: owner, LeaseMs: 30000, WaitMs: slot.Milliseconds(), NowMs: time.Now().UnixMilli(),
 	})
 	require.NoError(t, err)
@@ -325,7 +325,7 @@ func TestHeadWithoutDeadlineDoesNotBlock(t *testing.T) {
 		name := redistest.Prefix(t) + "lock"
 		c := newClient(t, b.Client(t))
 		enqueueDead(t, rdb, name, "ghost:1", 5*time.Minute)
-		require.NoError(t, rdb.Del(ctx, lua.KeysFor(name).Timeouts).Err())
+		require.NoError(t, rdb.Del(ctx, wire.KeysFor(name).Timeouts).Err())
 		m := newMutex(t, c, name)
 		ok, err := m.TryLock(ctx)
 		require.NoError(t, err)
@@ -389,7 +389,7 @@ func TestReentrancy(t *testing.T) {
 // left out.
 func recordMessages(t testing.TB, rdb *redis.Client, name string) func() []string {
 	t.Helper()
-	channel := lua.KeysFor(name).Channel
+	channel := wire.KeysFor(name).Channel
 	ps := rdb.PSubscribe(context.Background(), channel+"*")
 	t.Cleanup(func() { _ = ps.Close() })
 	_, err := ps.Receive(context.Background()) // the confirmation
@@ -452,7 +452,7 @@ func TestWakeUpsReachOnlyTheFrontOfTheQueue(t *testing.T) {
 			}()
 			e.waitQueued(t, rdb, name, i+1)
 		}
-		k := lua.KeysFor(name)
+		k := wire.KeysFor(name)
 		plain, w0, w1, w2 := k.Channel+"=0", k.WaiterChannel(ms[0].Owner())+"=0",
 			k.WaiterChannel(ms[1].Owner())+"=0", k.WaiterChannel(ms[2].Owner())+"=0"
 		require.NoError(t, holder.Unlock(ctx))
@@ -507,7 +507,7 @@ func TestWaitRunsOutLeavesQueue(t *testing.T) {
 		ok, err := waiter.TryLockFor(ctx, 100*time.Millisecond, 0)
 		require.NoError(t, err)
 		assert.False(t, ok)
-		k := lua.KeysFor(name)
+		k := wire.KeysFor(name)
 		assert.Zero(t, rdb.Exists(ctx, k.Queue, k.Timeouts, k.ScalableQueue()).Val(), "the waiter left the queue")
 		require.NoError(t, holder.Unlock(ctx))
 	})
@@ -543,7 +543,7 @@ type slowAbandonHook struct{ d time.Duration }
 
 func (h slowAbandonHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h slowAbandonHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	abandon := lua.Default.Script(lua.FileAbandon)
+	abandon := wire.Default().Script(wire.FileAbandon)
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		if args := cmd.Args(); len(args) > 1 && (args[1] == abandon.Hash() || strings.Contains(fmt.Sprint(args[1]), "abandon.lua")) {
 			time.Sleep(h.d)
@@ -574,7 +574,7 @@ func TestCanceledWhileGrantedReleases(t *testing.T) {
 		// say so, not release the hold the give-back is about to return.
 		require.True(t, rdb.HExists(ctx, name, m.Owner()).Val(), "the script took the lock (the case this test is about)")
 		assert.ErrorIs(t, m.Unlock(ctx), fair.ErrNotHeld)
-		k := lua.KeysFor(name)
+		k := wire.KeysFor(name)
 		// The call returned when its ctx ended; the hold the script took is
 		// given back in the background, at once.
 		assert.Eventually(t, func() bool {
@@ -619,7 +619,7 @@ func TestRedissonEngineRefusesScalableQueue(t *testing.T) {
 		wctx, cancel := context.WithCancel(ctx)
 		res := make(chan error, 1)
 		go func() { res <- waiter.Lock(wctx) }()
-		k := lua.KeysFor(name)
+		k := wire.KeysFor(name)
 		require.Eventually(t, func() bool { return rdb.Exists(ctx, k.ScalableQueue()).Val() == 1 }, 10*time.Second, time.Millisecond)
 
 		before, err := rdb.Keys(ctx, "*"+name+"*").Result()

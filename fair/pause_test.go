@@ -16,7 +16,7 @@ import (
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Issue 19: Redis that stops taking writes (CLIENT PAUSE ... WRITE) or stops
@@ -247,14 +247,14 @@ func TestWritePauseDoesNotGiveAwayTheHeadsTurn(t *testing.T) {
 		const grace, pause = 5 * time.Second, 8 * time.Second
 		name := redistest.Prefix(t) + "lock"
 		admin := srv.Backend().Client(t)
-		set := lua.Default.Fair()
+		set := wire.Default().Fair()
 		if e.name == "scalable" {
-			set = lua.ScalableDefault.Fair()
+			set = wire.ScalableDefault().Fair()
 		}
-		keys := lua.KeysFor(name)
-		rel := lua.Args{NowMs: time.Now().UnixMilli(), GraceMs: grace.Milliseconds()}
+		keys := wire.KeysFor(name)
+		rel := wire.Args{NowMs: time.Now().UnixMilli(), GraceMs: grace.Milliseconds()}
 		// Load the release script (a pipeline does not fall back to EVAL).
-		_, err := set.ForceUnlock(ctx, admin, lua.KeysFor(name+":warm"), rel)
+		_, err := set.ForceUnlock(ctx, admin, wire.KeysFor(name+":warm"), rel)
 		require.NoError(t, err)
 
 		h := newMutex(t, kindClient(t, srv, k), name, e.opt)

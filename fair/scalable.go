@@ -2,7 +2,7 @@ package fair
 
 import (
 	"github.com/fairlock-go/fairlock/internal/core"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Engine is how a fair lock keeps its queue in Redis. Both engines have the
@@ -27,7 +27,7 @@ const (
 
 // ErrMixedEngines reports an acquisition on a lock name whose queue the
 // other engine keeps. Nothing was changed.
-var ErrMixedEngines = lua.ErrMixedEngines
+var ErrMixedEngines = wire.ErrMixedEngines
 
 // WithEngine chooses the engine. Default: Redisson. Every handle on one
 // lock name must use the same engine.

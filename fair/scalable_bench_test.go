@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // The two fair-lock engines side by side on a private redis-server, driven
@@ -45,9 +45,9 @@ const benchSlotMs = 300_000 // Redisson's default wait slot
 
 type benchEngine struct {
 	name      string
-	tryWait   func(ctx context.Context, rdb redis.Scripter, k lua.Keys, a lua.Args) (bool, int64, error)
-	unlock    func(ctx context.Context, rdb redis.Scripter, k lua.Keys, a lua.Args) (lua.UnlockResult, error)
-	giveUp    func(ctx context.Context, rdb redis.Scripter, k lua.Keys, a lua.Args) error
+	tryWait   func(ctx context.Context, rdb redis.Scripter, k wire.Keys, a wire.Args) (bool, int64, error)
+	unlock    func(ctx context.Context, rdb redis.Scripter, k wire.Keys, a wire.Args) (wire.UnlockResult, error)
+	giveUp    func(ctx context.Context, rdb redis.Scripter, k wire.Keys, a wire.Args) error
 	drainPart int // 0: the whole queue
 }
 
@@ -57,8 +57,8 @@ func benchEngines() []benchEngine {
 		partial = 0
 	}
 	return []benchEngine{
-		{"redisson", lua.Default.FairTryLockWait, lua.Default.FairUnlock, lua.Default.FairAcquireFailed, partial},
-		{"scalable", lua.ScalableDefault.TryLockWait, lua.ScalableDefault.Unlock, lua.ScalableDefault.AcquireFailed, 0},
+		{"redisson", wire.Default().FairTryLockWait, wire.Default().FairUnlock, wire.Default().FairAcquireFailed, partial},
+		{"scalable", wire.ScalableDefault().TryLockWait, wire.ScalableDefault().Unlock, wire.ScalableDefault().AcquireFailed, 0},
 	}
 }
 
@@ -173,14 +173,14 @@ type benchQueue struct {
 	ctx  context.Context
 	rdb  *redis.Client
 	e    benchEngine
-	k    lua.Keys
+	k    wire.Keys
 	next int
 	req  int
 }
 
-func (q *benchQueue) args(owner string) lua.Args {
+func (q *benchQueue) args(owner string) wire.Args {
 	q.req++
-	return lua.Args{Owner: owner, LeaseMs: 60_000, WaitMs: benchSlotMs, NowMs: time.Now().UnixMilli(),
+	return wire.Args{Owner: owner, LeaseMs: 60_000, WaitMs: benchSlotMs, NowMs: time.Now().UnixMilli(),
 		GraceMs: 5000, RequestID: "r" + strconv.Itoa(q.req), LatchMs: 1000}
 }
 
@@ -198,7 +198,7 @@ func (q *benchQueue) join() string {
 // handoff: holder releases, head takes the lock. Returns the new holder.
 func (q *benchQueue) handoff(holder, head string) {
 	r, err := q.e.unlock(q.ctx, q.rdb, q.k, q.args(holder))
-	if err != nil || r != lua.Released {
+	if err != nil || r != wire.Released {
 		q.b.Fatalf("unlock by %s: %v, %v", holder, r, err)
 	}
 	ok, _, err := q.e.tryWait(q.ctx, q.rdb, q.k, q.args(head))
@@ -209,7 +209,7 @@ func (q *benchQueue) handoff(holder, head string) {
 
 // setup: "holder" holds the lock and n waiters are queued behind it.
 func setupQueue(b *testing.B, rdb *redis.Client, e benchEngine, n int) (*benchQueue, []string) {
-	q := &benchQueue{b: b, ctx: context.Background(), rdb: rdb, e: e, k: lua.KeysFor(fmt.Sprintf("bench:%s:%d:%d", e.name, n, time.Now().UnixNano()))}
+	q := &benchQueue{b: b, ctx: context.Background(), rdb: rdb, e: e, k: wire.KeysFor(fmt.Sprintf("bench:%s:%d:%d", e.name, n, time.Now().UnixNano()))}
 	ok, _, err := e.tryWait(q.ctx, rdb, q.k, q.args("holder"))
 	if err != nil || !ok {
 		b.Fatalf("holder: %v %v", ok, err)
@@ -232,13 +232,13 @@ func BenchmarkFairEngines(b *testing.B) {
 		}
 	}
 	// Load every script first: a first EVAL's compilation is not measured.
-	for _, f := range lua.Files {
-		if err := lua.Default.Script(f).Load(ctx, rdb).Err(); err != nil {
+	for _, f := range wire.Files {
+		if err := wire.Default().Script(f).Load(ctx, rdb).Err(); err != nil {
 			b.Fatal(err)
 		}
 	}
-	for _, f := range lua.ScalableFiles {
-		if err := lua.ScalableDefault.Script(f).Load(ctx, rdb).Err(); err != nil {
+	for _, f := range wire.ScalableFiles {
+		if err := wire.ScalableDefault().Script(f).Load(ctx, rdb).Err(); err != nil {
 			b.Fatal(err)
 		}
 	}

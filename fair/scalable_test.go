@@ -12,26 +12,26 @@ import (
 
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 var scalable = fair.WithEngine(fair.Scalable)
 
 func TestScalableKeyName(t *testing.T) {
-	assert.Equal(t, "fairlock_squeue:{seats}", lua.KeysFor("seats").ScalableQueue())
-	assert.Equal(t, "fairlock_squeue:{t}:seats", lua.KeysFor("{t}:seats").ScalableQueue())
+	assert.Equal(t, "fairlock_squeue:{seats}", wire.KeysFor("seats").ScalableQueue())
+	assert.Equal(t, "fairlock_squeue:{t}:seats", wire.KeysFor("{t}:seats").ScalableQueue())
 }
 
 // enqueueDeadScalable queues an owner that will never come back.
 func enqueueDeadScalable(t testing.TB, rdb redis.UniversalClient, name, owner string, slot time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	k := lua.KeysFor(name)
+	k := wire.KeysFor(name)
 	free := rdb.Exists(ctx, k.Name).Val() == 0
 	if free {
 		require.NoError(t, rdb.HSet(ctx, k.Name, "placeholder:0", 1).Err())
 	}
-	ok, _, err := lua.ScalableDefault.TryLockWait(ctx, rdb, k, lua.Args{
+	ok, _, err := wire.ScalableDefault().TryLockWait(ctx, rdb, k, wire.Args{
 		Owner: owner, LeaseMs: 30000, WaitMs: slot.Milliseconds(), NowMs: time.Now().UnixMilli(),
 	})
 	require.NoError(t, err)
@@ -48,7 +48,7 @@ func TestScalableRefusesRedissonQueue(t *testing.T) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "lock"
-		k := lua.KeysFor(name)
+		k := wire.KeysFor(name)
 		c := newClient(t, b.Client(t))
 		enqueueDead(t, rdb, name, "java:1", 5*time.Minute) // a Redisson waiter
 		queue := rdb.LRange(ctx, k.Queue, 0, -1).Val()
@@ -63,11 +63,11 @@ func TestScalableRefusesRedissonQueue(t *testing.T) {
 		assert.True(t, errors.Is(err, fair.ErrMixedEngines), "%v", err)
 		// Giving up and releasing are never refused; an owner that is not
 		// queued and holds nothing changes nothing.
-		a := lua.Args{Owner: "x:1", WaitMs: 1000, NowMs: time.Now().UnixMilli(), RequestID: "r", LatchMs: 1000, LeaseMs: 1000}
-		assert.NoError(t, lua.ScalableDefault.AcquireFailed(ctx, rdb, k, a))
-		res, err := lua.ScalableDefault.Unlock(ctx, rdb, k, a)
+		a := wire.Args{Owner: "x:1", WaitMs: 1000, NowMs: time.Now().UnixMilli(), RequestID: "r", LatchMs: 1000, LeaseMs: 1000}
+		assert.NoError(t, wire.ScalableDefault().AcquireFailed(ctx, rdb, k, a))
+		res, err := wire.ScalableDefault().Unlock(ctx, rdb, k, a)
 		assert.NoError(t, err)
-		assert.Equal(t, lua.NotHeld, res)
+		assert.Equal(t, wire.NotHeld, res)
 
 		assert.Equal(t, queue, rdb.LRange(ctx, k.Queue, 0, -1).Val(), "nothing changed")
 		assert.Equal(t, timeouts, rdb.ZRangeWithScores(ctx, k.Timeouts, 0, -1).Val(), "nothing changed")

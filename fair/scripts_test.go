@@ -12,13 +12,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Script-level regression tests of the fair-lock liveness issue.
 
 // scores reads redisson_lock_timeout as member -> score.
-func scores(t testing.TB, rdb redis.UniversalClient, k lua.Keys) map[string]int64 {
+func scores(t testing.TB, rdb redis.UniversalClient, k wire.Keys) map[string]int64 {
 	t.Helper()
 	zs, err := rdb.ZRangeWithScores(context.Background(), k.Timeouts, 0, -1).Result()
 	require.NoError(t, err)
@@ -41,12 +41,12 @@ func TestGoHandOverKeepsRedissonScores(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		rdb := b.Client(t)
-		k := lua.KeysFor(redistest.Prefix(t) + "lock")
-		s := lua.Default
+		k := wire.KeysFor(redistest.Prefix(t) + "lock")
+		s := wire.Default()
 		now := time.Now().UnixMilli()
 		const slot, lease, grace = 300_000, 30_000, 5_000
-		arg := func(owner string) lua.Args {
-			return lua.Args{Owner: owner, LeaseMs: lease, WaitMs: slot, NowMs: now, GraceMs: grace,
+		arg := func(owner string) wire.Args {
+			return wire.Args{Owner: owner, LeaseMs: lease, WaitMs: slot, NowMs: now, GraceMs: grace,
 				RequestID: owner + "-unlock", LatchMs: 10_000}
 		}
 		ok, _, err := s.FairTryLockWait(ctx, rdb, k, arg("go:1"))
@@ -65,7 +65,7 @@ func TestGoHandOverKeepsRedissonScores(t *testing.T) {
 		// A Go client releases: the head is woken, no score moves.
 		res, err := s.FairUnlock(ctx, rdb, k, arg("go:1"))
 		require.NoError(t, err)
-		require.Equal(t, lua.Released, res)
+		require.Equal(t, wire.Released, res)
 		assert.Equal(t, want, scores(t, rdb, k), "a Go release changed a score Redisson reads")
 
 		// A Go waiter behind the head polls the free lock: no score moves.
@@ -102,11 +102,11 @@ func TestScalableCorruptNodeDoesNotSpin(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Do(context.Background(), "script", "kill").Err() })
 	for _, field := range []string{"n", "p", "d"} {
 		t.Run("hdel-"+field, func(t *testing.T) {
-			k := lua.KeysFor(redistest.Prefix(t) + "lock")
+			k := wire.KeysFor(redistest.Prefix(t) + "lock")
 			now := time.Now().UnixMilli()
-			sc := lua.ScalableDefault
-			a := func(owner string, slot int64) lua.Args {
-				return lua.Args{Owner: owner, LeaseMs: 30_000, WaitMs: slot, NowMs: now, GraceMs: 5000}
+			sc := wire.ScalableDefault()
+			a := func(owner string, slot int64) wire.Args {
+				return wire.Args{Owner: owner, LeaseMs: 30_000, WaitMs: slot, NowMs: now, GraceMs: 5000}
 			}
 			ok, _, err := sc.TryLockWait(ctx, rdb, k, a("holder:1", 1000))
 			require.NoError(t, err)
@@ -127,7 +127,7 @@ func TestScalableCorruptNodeDoesNotSpin(t *testing.T) {
 				"unlock":      func(ctx context.Context) error { _, err := sc.Unlock(ctx, rdb, k, late); return err },
 				"forceUnlock": func(ctx context.Context) error { _, err := sc.ForceUnlock(ctx, rdb, k, late); return err },
 				"acquireFailed": func(ctx context.Context) error {
-					return sc.AcquireFailed(ctx, rdb, k, lua.Args{Owner: "a:1", WaitMs: 1000})
+					return sc.AcquireFailed(ctx, rdb, k, wire.Args{Owner: "a:1", WaitMs: 1000})
 				},
 			}
 			for _, name := range []string{"acquireFailed", "unlock", "forceUnlock", "tryLock", "tryLockWait"} {
@@ -157,53 +157,53 @@ func TestScalableCorruptNodeDoesNotSpin(t *testing.T) {
 func TestMalformedStateNeverSpins(t *testing.T) {
 	type corruption struct {
 		name  string
-		do    func(ctx context.Context, rdb *redis.Client, k lua.Keys) error
+		do    func(ctx context.Context, rdb *redis.Client, k wire.Keys) error
 		heals bool // a new waiter gets the lock afterwards
 	}
-	grace := func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+	grace := func(ctx context.Context, rdb *redis.Client, k wire.Keys) error {
 		return rdb.HSet(ctx, k.Grace(), "x", "y").Err()
 	}
-	graceForever := func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+	graceForever := func(ctx context.Context, rdb *redis.Client, k wire.Keys) error {
 		return rdb.Set(ctx, k.Grace(), "a:1", 0).Err()
 	}
-	hdel := func(f string) func(context.Context, *redis.Client, lua.Keys) error {
-		return func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+	hdel := func(f string) func(context.Context, *redis.Client, wire.Keys) error {
+		return func(ctx context.Context, rdb *redis.Client, k wire.Keys) error {
 			return rdb.HDel(ctx, k.ScalableQueue(), f).Err()
 		}
 	}
-	hset := func(f, v string) func(context.Context, *redis.Client, lua.Keys) error {
-		return func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+	hset := func(f, v string) func(context.Context, *redis.Client, wire.Keys) error {
+		return func(ctx context.Context, rdb *redis.Client, k wire.Keys) error {
 			return rdb.HSet(ctx, k.ScalableQueue(), f, v).Err()
 		}
 	}
 	engines := []struct {
 		engineCase
-		set         lua.FairSet
+		set         wire.FairSet
 		corruptions []corruption
 	}{
-		{engineCases[0], lua.Default.Fair(), []corruption{
-			{"timeouts deleted (ghosts, H1)", func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+		{engineCases[0], wire.Default().Fair(), []corruption{
+			{"timeouts deleted (ghosts, H1)", func(ctx context.Context, rdb *redis.Client, k wire.Keys) error {
 				return rdb.Del(ctx, k.Timeouts).Err()
 			}, true},
-			{"a waiter's deadline deleted", func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+			{"a waiter's deadline deleted", func(ctx context.Context, rdb *redis.Client, k wire.Keys) error {
 				return rdb.ZRem(ctx, k.Timeouts, "b:1").Err()
 			}, true},
-			{"a waiter only in the zset", func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+			{"a waiter only in the zset", func(ctx context.Context, rdb *redis.Client, k wire.Keys) error {
 				return rdb.LRem(ctx, k.Queue, 0, "b:1").Err()
 			}, true},
-			{"a waiter queued twice", func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+			{"a waiter queued twice", func(ctx context.Context, rdb *redis.Client, k wire.Keys) error {
 				return rdb.RPush(ctx, k.Queue, "a:1").Err()
 			}, true},
 			{"grace key of the wrong type", grace, true},
 			{"grace key without expiry", graceForever, true},
-			{"queue of the wrong type", func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+			{"queue of the wrong type", func(ctx context.Context, rdb *redis.Client, k wire.Keys) error {
 				if err := rdb.Del(ctx, k.Queue).Err(); err != nil {
 					return err
 				}
 				return rdb.Set(ctx, k.Queue, "x", 0).Err()
 			}, false},
 		}},
-		{engineCases[1], lua.ScalableDefault.Fair(), []corruption{
+		{engineCases[1], wire.ScalableDefault().Fair(), []corruption{
 			{"head's next deleted", hdel("n:a:1"), true},
 			{"head's prev deleted", hdel("p:a:1"), true},
 			{"head's delta deleted", hdel("d:a:1"), true},
@@ -219,7 +219,7 @@ func TestMalformedStateNeverSpins(t *testing.T) {
 			{"a link to nobody", hset("n:b:1", "nobody:1"), true},
 			{"a link to itself", hset("n:a:1", "a:1"), true},
 			{"a cycle", hset("n:c:1", "a:1"), true},
-			{"queue of the wrong type", func(ctx context.Context, rdb *redis.Client, k lua.Keys) error {
+			{"queue of the wrong type", func(ctx context.Context, rdb *redis.Client, k wire.Keys) error {
 				if err := rdb.Del(ctx, k.ScalableQueue()).Err(); err != nil {
 					return err
 				}
@@ -250,12 +250,12 @@ func TestMalformedStateNeverSpins(t *testing.T) {
 	}
 }
 
-func malformed(t *testing.T, rdb *redis.Client, set lua.FairSet, corrupt func(context.Context, *redis.Client, lua.Keys) error, heals bool) {
+func malformed(t *testing.T, rdb *redis.Client, set wire.FairSet, corrupt func(context.Context, *redis.Client, wire.Keys) error, heals bool) {
 	ctx := context.Background()
-	k := lua.KeysFor(redistest.Prefix(t) + "lock")
+	k := wire.KeysFor(redistest.Prefix(t) + "lock")
 	now := time.Now().UnixMilli()
-	a := func(owner string, at int64) lua.Args {
-		return lua.Args{Owner: owner, LeaseMs: 30_000, WaitMs: 60_000, NowMs: at, GraceMs: 5000,
+	a := func(owner string, at int64) wire.Args {
+		return wire.Args{Owner: owner, LeaseMs: 30_000, WaitMs: 60_000, NowMs: at, GraceMs: 5000,
 			RequestID: owner + "-r", LatchMs: 10_000}
 	}
 	ok, _, err := set.TryLockWait(ctx, rdb, k, a("holder:1", now))
@@ -340,18 +340,18 @@ func malformed(t *testing.T, rdb *redis.Client, set lua.FairSet, corrupt func(co
 func TestUnlockWithoutLatchStillWakes(t *testing.T) {
 	for _, e := range []struct {
 		name string
-		set  lua.FairSet
-	}{{"redisson", lua.Default.Fair()}, {"scalable", lua.ScalableDefault.Fair()}} {
+		set  wire.FairSet
+	}{{"redisson", wire.Default().Fair()}, {"scalable", wire.ScalableDefault().Fair()}} {
 		t.Run(e.name, func(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 				ctx := context.Background()
 				rdb := b.Client(t)
 				name := redistest.Prefix(t) + "lock"
-				k := lua.KeysFor(name)
+				k := wire.KeysFor(name)
 				messages := recordMessages(t, b.Client(t), name)
 				now := time.Now().UnixMilli()
-				a := func(owner string) lua.Args {
-					return lua.Args{Owner: owner, LeaseMs: 30_000, WaitMs: 60_000, NowMs: now, RequestID: "r-" + owner}
+				a := func(owner string) wire.Args {
+					return wire.Args{Owner: owner, LeaseMs: 30_000, WaitMs: 60_000, NowMs: now, RequestID: "r-" + owner}
 				}
 				ok, _, err := e.set.TryLockWait(ctx, rdb, k, a("x:1"))
 				require.NoError(t, err)
@@ -361,7 +361,7 @@ func TestUnlockWithoutLatchStillWakes(t *testing.T) {
 				require.False(t, ok)
 				res, err := e.set.Unlock(ctx, rdb, k, a("x:1"))
 				require.NoError(t, err)
-				assert.Equal(t, lua.Released, res)
+				assert.Equal(t, wire.Released, res)
 				assert.Zero(t, rdb.Exists(ctx, k.Name).Val())
 				require.Eventually(t, func() bool {
 					return slices.Contains(messages(), k.WaiterChannel("w:1")+"=0")

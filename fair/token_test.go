@@ -9,7 +9,7 @@ import (
 
 	"github.com/fairlock-go/fairlock/fenced"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // The fair lock's token (docs/design.md, "Fencing tokens"): the take (free
@@ -61,7 +61,7 @@ func TestFairTokens(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, tok+1, t5, "a fenced lock on the name shares the sequence")
 		require.NoError(t, f.Unlock(ctx))
-		assert.Equal(t, lua.KeysFor(name).Token(), f.TokenKey())
+		assert.Equal(t, wire.KeysFor(name).Token(), f.TokenKey())
 	})
 }
 
@@ -70,14 +70,14 @@ func TestFairTokens(t *testing.T) {
 func TestFairTokenRepeatedCopyAndExpiry(t *testing.T) {
 	for _, set := range []struct {
 		name string
-		fs   lua.FairSet
-	}{{"redisson", lua.Default.Fair()}, {"scalable", lua.ScalableDefault.Fair()}} {
+		fs   wire.FairSet
+	}{{"redisson", wire.Default().Fair()}, {"scalable", wire.ScalableDefault().Fair()}} {
 		t.Run(set.name, func(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 				ctx := testCtx(t)
 				rdb := b.Client(t)
-				k := lua.KeysFor(redistest.Prefix(t) + "lock")
-				a := lua.Args{Owner: "c:1", LeaseMs: 10000, WaitMs: 60000, NowMs: time.Now().UnixMilli(), AcquireID: "r1", LatchMs: 10000}
+				k := wire.KeysFor(redistest.Prefix(t) + "lock")
+				a := wire.Args{Owner: "c:1", LeaseMs: 10000, WaitMs: 60000, NowMs: time.Now().UnixMilli(), AcquireID: "r1", LatchMs: 10000}
 				ok, _, t1, err := set.fs.TryLockWaitToken(ctx, rdb, k, a)
 				require.NoError(t, err)
 				require.True(t, ok)
@@ -86,11 +86,11 @@ func TestFairTokenRepeatedCopyAndExpiry(t *testing.T) {
 				require.True(t, ok)
 				assert.Equal(t, t1, t2)
 				assert.Equal(t, "1", rdb.HGet(ctx, k.Name, "c:1").Val())
-				held, err := lua.Default.Abandon(ctx, rdb, k, a)
+				held, err := wire.Default().Abandon(ctx, rdb, k, a)
 				require.NoError(t, err)
 				assert.True(t, held, "a 'held:<token>' latch is a hold to give back")
 				rdb.Del(ctx, k.Name) // the lease runs out
-				b2 := lua.Args{Owner: "d:1", LeaseMs: 10000, WaitMs: 60000, NowMs: time.Now().UnixMilli()}
+				b2 := wire.Args{Owner: "d:1", LeaseMs: 10000, WaitMs: 60000, NowMs: time.Now().UnixMilli()}
 				ok, t3, err := set.fs.TryLockToken(ctx, rdb, k, b2)
 				require.NoError(t, err)
 				require.True(t, ok)

@@ -22,7 +22,7 @@ import (
 	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/internal/faultproxy"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/reentrant"
 )
 
@@ -105,8 +105,8 @@ func newEnv(t testing.TB) *Env {
 	_, _ = rand.Read(b[:])
 	e := &Env{T: t, H: NewHistory(), Tag: "flt" + hex.EncodeToString(b[:]), owners: map[string]*Handle{}, resource: map[string]int{}}
 	e.joinSHA = map[string]bool{
-		lua.Default.Script(lua.FileFairTryLockWait).Hash():             true,
-		lua.ScalableDefault.Script(lua.FileScalableTryLockWait).Hash(): true,
+		wire.Default().Script(wire.FileFairTryLockWait).Hash():             true,
+		wire.ScalableDefault().Script(wire.FileScalableTryLockWait).Hash(): true,
 	}
 	return e
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/rwlock"
 )
 
@@ -31,10 +31,10 @@ import (
 // rwBroken are deliberately broken scripts the test can run with.
 var rwBroken = map[string]struct{ file, old, new string }{
 	// a writer takes a read-locked lock
-	"writer-beside-readers": {lua.FileRWWriteAcquire, "if mode == false then", "if mode == false or mode == 'read' then"},
+	"writer-beside-readers": {wire.FileRWWriteAcquire, "if mode == false then", "if mode == false or mode == 'read' then"},
 	// Redisson's read unlock reply: 0 (still held) while other owners
 	// hold, so a reader whose last hold is gone believes it still holds
-	"redisson-read-reply": {lua.FileRWReadUnlock, "local mine = 1\n", "local mine = 0\n"},
+	"redisson-read-reply": {wire.FileRWReadUnlock, "local mine = 1\n", "local mine = 0\n"},
 }
 
 // rwHandles makes a read-write handle of c on lock id: its two halves as
@@ -65,16 +65,16 @@ func TestRWFaults(t *testing.T) {
 	replay := fmt.Sprintf("FAULT_SEED=%d go test ./faulttests/ -run TestRWFaults -v", seed)
 	t.Logf("seed %d; replay: %s", seed, replay)
 	e := NewSingle(t)
-	var scripts *lua.Scripts
+	var scripts *wire.Scripts
 	if name := os.Getenv("FAULT_RW_BROKEN"); name != "" {
 		v, ok := rwBroken[name]
 		if !ok {
 			t.Fatalf("FAULT_RW_BROKEN=%q: no such variant", name)
 		}
-		if strings.Count(lua.Source(v.file), v.old) != 1 {
+		if strings.Count(wire.Source(v.file), v.old) != 1 {
 			t.Fatalf("variant %s does not apply", name)
 		}
-		scripts = lua.Edit(func(f, src string) string {
+		scripts = wire.Edit(func(f, src string) string {
 			if f != v.file {
 				return src
 			}

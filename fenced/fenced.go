@@ -22,7 +22,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Mutex is a handle on a fenced lock. Its calls are fairlock.FencedHandle's
@@ -47,7 +47,7 @@ type Option = fairlock.LockOption
 // New returns a handle on the fenced lock called name. The name must be
 // non-empty; it may carry a Redis hash tag. New does not talk to Redis.
 func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
-	h, _, _, err := core.NewLock[fairlock.FencedHandle](c, name, opts, func(s *core.Session, k lua.Keys, _ core.LockConfig) (core.Engine, error) {
+	h, _, _, err := core.NewLock[fairlock.FencedHandle](c, name, opts, func(s *core.Session, k wire.Keys, _ core.LockConfig) (core.Engine, error) {
 		return engine{core.ReentrantEngine{S: s, K: k}}, nil
 	})
 	if err != nil {
@@ -61,7 +61,7 @@ func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
 type engine struct{ core.ReentrantEngine }
 
 // Try replies the token in place of the ttl when acquired (core.Engine).
-func (e engine) Try(ctx context.Context, a lua.Args, _ bool) (bool, int64, error) {
+func (e engine) Try(ctx context.Context, a wire.Args, _ bool) (bool, int64, error) {
 	ok, ttl, token, err := e.S.Scripts().FencedAcquire(ctx, e.S.RDB, e.K, a)
 	if ok {
 		return true, token, err

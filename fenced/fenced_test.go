@@ -14,7 +14,7 @@ import (
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fenced"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 func TestMain(m *testing.M) { os.Exit(redistest.MainLeakCheck(m)) }
@@ -164,12 +164,12 @@ func TestRepeatedCopyKeepsItsToken(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
-		k := lua.KeysFor(redistest.Prefix(t) + "lock")
-		a := lua.Args{Owner: "c:1", LeaseMs: 10000, AcquireID: "req1", LatchMs: 10000}
-		ok, _, t1, err := lua.Default.FencedAcquire(ctx, rdb, k, a)
+		k := wire.KeysFor(redistest.Prefix(t) + "lock")
+		a := wire.Args{Owner: "c:1", LeaseMs: 10000, AcquireID: "req1", LatchMs: 10000}
+		ok, _, t1, err := wire.Default().FencedAcquire(ctx, rdb, k, a)
 		require.NoError(t, err)
 		require.True(t, ok)
-		ok, _, t2, err := lua.Default.FencedAcquire(ctx, rdb, k, a)
+		ok, _, t2, err := wire.Default().FencedAcquire(ctx, rdb, k, a)
 		require.NoError(t, err)
 		require.True(t, ok)
 		assert.Equal(t, t1, t2, "a repeated copy gets the first copy's token")
@@ -178,18 +178,18 @@ func TestRepeatedCopyKeepsItsToken(t *testing.T) {
 		// A new request re-enters with a new token.
 		a2 := a
 		a2.AcquireID = "req2"
-		_, _, t3, err := lua.Default.FencedAcquire(ctx, rdb, k, a2)
+		_, _, t3, err := wire.Default().FencedAcquire(ctx, rdb, k, a2)
 		require.NoError(t, err)
 		assert.Equal(t, t1+1, t3)
 		// Abandoning req2 ('held:<token>'): the hold is the caller's to give back.
-		held, err := lua.Default.Abandon(ctx, rdb, k, a2)
+		held, err := wire.Default().Abandon(ctx, rdb, k, a2)
 		require.NoError(t, err)
 		assert.True(t, held)
-		ok, _, _, err = lua.Default.FencedAcquire(ctx, rdb, k, a2)
-		assert.ErrorIs(t, err, lua.ErrAbandoned)
+		ok, _, _, err = wire.Default().FencedAcquire(ctx, rdb, k, a2)
+		assert.ErrorIs(t, err, wire.ErrAbandoned)
 		assert.False(t, ok)
 		// Another owner is refused with the holder's PTTL.
-		ok, ttl, tok, err := lua.Default.FencedAcquire(ctx, rdb, k, lua.Args{Owner: "d:1", LeaseMs: 1000})
+		ok, ttl, tok, err := wire.Default().FencedAcquire(ctx, rdb, k, wire.Args{Owner: "d:1", LeaseMs: 1000})
 		require.NoError(t, err)
 		assert.False(t, ok)
 		assert.Equal(t, int64(0), tok)

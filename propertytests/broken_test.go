@@ -9,7 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // A broken variant is the real scripts with one deliberate bug. Each must
@@ -24,68 +24,68 @@ type brokenVariant struct {
 
 var brokenVariants = []brokenVariant{
 	{
-		name: "no deadline shifting on acquire", machine: fairMachine, file: lua.FileFairTryLockWait,
+		name: "no deadline shifting on acquire", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "    redis.call('lpop', queue)\n    q_shift(wait, nil)",
 		new: "    redis.call('lpop', queue)",
 	},
 	{
-		name: "no deadline shifting on acquire (tryLock)", machine: fairMachine, file: lua.FileFairTryLock,
+		name: "no deadline shifting on acquire (tryLock)", machine: fairMachine, file: wire.FileFairTryLock,
 		old: "    redis.call('lpop', queue)\n    q_shift(wait, nil)",
 		new: "    redis.call('lpop', queue)",
 	},
 	{
-		name: "notify every waiter", machine: fairMachine, file: lua.FileFairUnlock,
+		name: "notify every waiter", machine: fairMachine, file: wire.FileFairUnlock,
 		old: "redis.call(PUBCMD, CHANNEL .. ':' .. owner, MESSAGE)",
 		new: "for _, w in ipairs(redis.call('lrange', queue, 0, -1)) do redis.call(PUBCMD, CHANNEL .. ':' .. w, MESSAGE) end",
 	},
 	{
-		name: "pruned head left in the queue", machine: fairMachine, file: lua.FileFairTryLockWait,
+		name: "pruned head left in the queue", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "local head = redis.call('lpop', queue)",
 		new: "local head = redis.call('lindex', queue, 0)",
 	},
 	{
-		name: "acquireFailed skips the leaver's successor", machine: fairMachine, file: lua.FileFairAcquireFailed,
+		name: "acquireFailed skips the leaver's successor", machine: fairMachine, file: wire.FileFairAcquireFailed,
 		old: "for _, waiter in ipairs(waiters) do\n        if behind then",
 		new: "for i, waiter in ipairs(waiters) do\n        if behind and waiters[i - 1] ~= owner then",
 	},
 	{
-		name: "acquireFailed also shifts the waiter ahead", machine: fairMachine, file: lua.FileFairAcquireFailed,
+		name: "acquireFailed also shifts the waiter ahead", machine: fairMachine, file: wire.FileFairAcquireFailed,
 		old: "for _, waiter in ipairs(waiters) do\n        if behind then",
 		new: "for i, waiter in ipairs(waiters) do\n        if behind or waiters[i + 1] == owner then",
 	},
 	{
-		name: "new waiter's deadline one slot short", machine: fairMachine, file: lua.FileFairTryLockWait,
+		name: "new waiter's deadline one slot short", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "q_append(owner, ttl + wait + now,",
 		new: "q_append(owner, ttl + now,",
 	},
 	// The liveness rules (docs/design.md, "Liveness bound").
 	{
-		name: "no wake-up for the new head (take, prune, give-up)", machine: fairMachine, file: lua.FileFairTryLockWait,
+		name: "no wake-up for the new head (take, prune, give-up)", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "(freed or started or head ~= head0)",
 		new: "(freed or started)",
 	},
 	{
-		name: "a release does not wake the waiter behind the head", machine: fairMachine, file: lua.FileFairUnlock,
+		name: "a release does not wake the waiter behind the head", machine: fairMachine, file: wire.FileFairUnlock,
 		old: "if second and second ~= caller and (freed or started or second ~= second0) then",
 		new: "if second and second ~= caller and (started or second ~= second0) then",
 	},
 	{
-		name: "a release does not wake reentrant waiters", machine: fairMachine, file: lua.FileFairUnlock,
+		name: "a release does not wake reentrant waiters", machine: fairMachine, file: wire.FileFairUnlock,
 		old: "redis.call(ARGV[5], KEYS[4], ARGV[1])",
 		new: "",
 	},
 	{
-		name: "a re-entry that cuts the lease short wakes nobody", machine: fairMachine, file: lua.FileFairTryLockWait,
+		name: "a re-entry that cuts the lease short wakes nobody", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "return true, pttl == -1 or tonumber(lease) < pttl",
 		new: "return true, false",
 	},
 	{
-		name: "Redisson's prune: the caller prunes itself", machine: fairMachine, file: lua.FileFairTryLockWait,
+		name: "Redisson's prune: the caller prunes itself", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "while head and head ~= caller do",
 		new: "while head do",
 	},
 	{
-		name: "the grace lowers the head's deadline (a score Redisson reads)", machine: fairMachine, file: lua.FileFairUnlock,
+		name: "the grace lowers the head's deadline (a score Redisson reads)", machine: fairMachine, file: wire.FileFairUnlock,
 		old: "redis.call('set', GRACE, value, 'px', grace + GRACE_MARGIN)",
 		new: "redis.call('set', GRACE, value, 'px', grace + GRACE_MARGIN)\n    redis.call('zincrby', timeouts, -1, head)",
 	},
@@ -93,43 +93,43 @@ var brokenVariants = []brokenVariant{
 	// a second grace, started (and the head woken) by whoever finds the
 	// first run out.
 	{
-		name: "a first grace that ran out prunes the head (no second grace)", machine: fairMachine, file: lua.FileFairTryLockWait,
+		name: "a first grace that ran out prunes the head (no second grace)", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "and not (graced == head and left <= 0 and (second or grace <= 0)) then",
 		new: "and not (graced == head and left <= 0) then",
 	},
 	{
-		name: "the head's second grace starts without waking it", machine: fairMachine, file: lua.FileFairTryLockWait,
+		name: "the head's second grace starts without waking it", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "grace_start(head, grace, graced ~= nil)\n            started = true",
 		new: "grace_start(head, grace, graced ~= nil)\n            started = graced == nil",
 	},
 	{
-		name: "a waiter behind a free lock sleeps until the head's deadline (grace ignored)", machine: fairMachine, file: lua.FileFairTryLockWait,
+		name: "a waiter behind a free lock sleeps until the head's deadline (grace ignored)", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "if graced == head and left < wait then",
 		new: "if false then",
 	},
 	{
-		name: "every queued waiter gets the head's grace poll", machine: fairMachine, file: lua.FileFairTryLockWait,
+		name: "every queued waiter gets the head's grace poll", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "if grace > 0 and second == owner and (pttl < 0 or pttl > grace) then",
 		new: "if grace > 0 and (pttl < 0 or pttl > grace) then",
 	},
 	{
-		name: "unlock latch not stored on release", machine: reentrantMachine, file: lua.FileUnlock,
+		name: "unlock latch not stored on release", machine: reentrantMachine, file: wire.FileUnlock,
 		old: "redis.call('set', KEYS[3], '1', 'px', ARGV[5])",
 		new: "",
 	},
 	{
-		name: "re-entry does not reset the lease", machine: reentrantMachine, file: lua.FileAcquire,
+		name: "re-entry does not reset the lease", machine: reentrantMachine, file: wire.FileAcquire,
 		old: "redis.call('pexpire', KEYS[1], ARGV[1])",
 		new: "if free then redis.call('pexpire', KEYS[1], ARGV[1]) end",
 	},
 }
 
-func (v brokenVariant) scripts(t *testing.T) *lua.Scripts {
-	src := lua.Source(v.file)
+func (v brokenVariant) scripts(t *testing.T) *wire.Scripts {
+	src := wire.Source(v.file)
 	if n := strings.Count(src, v.old); n != 1 {
 		t.Fatalf("%s: %q occurs %d times in %s", v.name, v.old, n, v.file)
 	}
-	return lua.Edit(func(file, src string) string {
+	return wire.Edit(func(file, src string) string {
 		if file != v.file {
 			return src
 		}

@@ -20,7 +20,7 @@ import (
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/lockstate"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // The client-level machine drives the real fair.Mutex API, on either fair
@@ -479,17 +479,17 @@ func (cm *clientMachine) dead(t *rapid.T) {
 	cm.deadN++
 	var id [16]byte
 	_, _ = rand.Read(id[:])
-	owner := lua.Owner(hex.EncodeToString(id[:]), 1)
+	owner := wire.Owner(hex.EncodeToString(id[:]), 1)
 	a := cm.h.begin(&attempt{owner: owner, label: fmt.Sprintf("dead waiter d%d", cm.deadN), dead: true, queues: true, lease: time.Second})
-	args := lua.Args{Owner: owner, LeaseMs: 1000, WaitMs: (5 * time.Minute).Milliseconds(), NowMs: time.Now().UnixMilli(), GraceMs: cm.grace.Milliseconds(), PubCmd: lua.Publish}
+	args := wire.Args{Owner: owner, LeaseMs: 1000, WaitMs: (5 * time.Minute).Milliseconds(), NowMs: time.Now().UnixMilli(), GraceMs: cm.grace.Milliseconds(), PubCmd: wire.Publish}
 	ctx := withAttempt(cm.ctx, a)
-	keys := lua.KeysFor(cm.name)
+	keys := wire.KeysFor(cm.name)
 	var ok bool
 	var err error
 	if cm.engine == fair.Scalable {
-		ok, _, err = lua.ScalableDefault.TryLockWait(ctx, cm.rdb, keys, args)
+		ok, _, err = wire.ScalableDefault().TryLockWait(ctx, cm.rdb, keys, args)
 	} else {
-		ok, _, err = lua.Default.FairTryLockWait(ctx, cm.rdb, keys, args)
+		ok, _, err = wire.Default().FairTryLockWait(ctx, cm.rdb, keys, args)
 	}
 	if err != nil {
 		cm.fatalf(t, "%s: %v", a.label, err)

@@ -20,7 +20,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Every script must terminate on any state, well-formed or not: each loop
@@ -77,9 +77,9 @@ const (
 // one by the fair Redisson-compatible engine, one by the scalable engine.
 // The reentrant scripts also run on the two fair locks' hashes.
 var (
-	cxR = lua.KeysFor("cx:r")
-	cxF = lua.KeysFor("cx:f")
-	cxS = lua.KeysFor("cx:s")
+	cxR = wire.KeysFor("cx:r")
+	cxF = wire.KeysFor("cx:f")
+	cxS = wire.KeysFor("cx:s")
 )
 
 // tb is what both *testing.T and *rapid.T offer.
@@ -303,8 +303,8 @@ func (mt *miniHangTarget) guard(call func(context.Context) error) guarded {
 // corruptSeq is one sequence: build, corrupt, check.
 type corruptSeq struct {
 	ctx     context.Context
-	fair    *lua.Scripts
-	sc      *lua.ScalableScripts
+	fair    *wire.Scripts
+	sc      *wire.ScalableScripts
 	tg      hangTarget
 	rdb     *redis.Client
 	clock   int64            // the true client clock while building, Unix ms
@@ -326,66 +326,66 @@ type scriptCall struct {
 }
 
 type callArgs struct {
-	fair  *lua.Scripts         // the reentrant and Redisson-compatible scripts
-	sc    *lua.ScalableScripts // the scalable engine's
-	k     lua.Keys
-	a     lua.Args
+	fair  *wire.Scripts         // the reentrant and Redisson-compatible scripts
+	sc    *wire.ScalableScripts // the scalable engine's
+	k     wire.Keys
+	a     wire.Args
 	names []string // renew: the locks
 	os    []string // renew: their owners
 }
 
 var corruptCalls = []scriptCall{
-	{"Acquire", "reentrant", lua.FileAcquire, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"Acquire", "reentrant", wire.FileAcquire, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		ok, ttl, err := c.fair.Acquire(ctx, rdb, c.k, c.a)
 		return fmt.Sprintf("acquired=%v ttl=%d", ok, ttl), oddTTL(ok, ttl, -1), err
 	}},
-	{"Unlock", "reentrant", lua.FileUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"Unlock", "reentrant", wire.FileUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		r, err := c.fair.Unlock(ctx, rdb, c.k, c.a)
 		return r.String(), "", err
 	}},
-	{"ForceUnlock", "reentrant", lua.FileForceUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"ForceUnlock", "reentrant", wire.FileForceUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		ok, err := c.fair.ForceUnlock(ctx, rdb, c.k, c.a)
 		return fmt.Sprint(ok), "", err
 	}},
-	{"Renew", "reentrant", lua.FileRenew, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"Renew", "reentrant", wire.FileRenew, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		r, err := c.fair.Renew(ctx, rdb, c.names, c.os, c.a.LeaseMs)
 		return fmt.Sprint(r), "", err
 	}},
-	{"FairTryLock", "fair", lua.FileFairTryLock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"FairTryLock", "fair", wire.FileFairTryLock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		ok, err := c.fair.FairTryLock(ctx, rdb, c.k, c.a)
 		return fmt.Sprint(ok), "", err
 	}},
-	{"FairTryLockWait", "fair", lua.FileFairTryLockWait, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"FairTryLockWait", "fair", wire.FileFairTryLockWait, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		ok, ttl, err := c.fair.FairTryLockWait(ctx, rdb, c.k, c.a)
 		return fmt.Sprintf("acquired=%v ttl=%d", ok, ttl), oddTTL(ok, ttl, -1), err
 	}},
-	{"FairAcquireFailed", "fair", lua.FileFairAcquireFailed, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"FairAcquireFailed", "fair", wire.FileFairAcquireFailed, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		return "", "", c.fair.FairAcquireFailed(ctx, rdb, c.k, c.a)
 	}},
-	{"FairUnlock", "fair", lua.FileFairUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"FairUnlock", "fair", wire.FileFairUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		r, err := c.fair.FairUnlock(ctx, rdb, c.k, c.a)
 		return r.String(), "", err
 	}},
-	{"FairForceUnlock", "fair", lua.FileFairForceUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"FairForceUnlock", "fair", wire.FileFairForceUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		ok, err := c.fair.FairForceUnlock(ctx, rdb, c.k, c.a)
 		return fmt.Sprint(ok), "", err
 	}},
-	{"ScalableTryLock", "scalable", lua.FileScalableTryLock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"ScalableTryLock", "scalable", wire.FileScalableTryLock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		ok, err := c.sc.TryLock(ctx, rdb, c.k, c.a)
 		return fmt.Sprint(ok), "", err
 	}},
-	{"ScalableTryLockWait", "scalable", lua.FileScalableTryLockWait, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"ScalableTryLockWait", "scalable", wire.FileScalableTryLockWait, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		ok, ttl, err := c.sc.TryLockWait(ctx, rdb, c.k, c.a)
 		return fmt.Sprintf("acquired=%v ttl=%d", ok, ttl), oddTTL(ok, ttl, -1), err
 	}},
-	{"ScalableAcquireFailed", "scalable", lua.FileScalableAcquireFailed, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"ScalableAcquireFailed", "scalable", wire.FileScalableAcquireFailed, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		return "", "", c.sc.AcquireFailed(ctx, rdb, c.k, c.a)
 	}},
-	{"ScalableUnlock", "scalable", lua.FileScalableUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"ScalableUnlock", "scalable", wire.FileScalableUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		r, err := c.sc.Unlock(ctx, rdb, c.k, c.a)
 		return r.String(), "", err
 	}},
-	{"ScalableForceUnlock", "scalable", lua.FileScalableForceUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
+	{"ScalableForceUnlock", "scalable", wire.FileScalableForceUnlock, func(ctx context.Context, rdb *redis.Client, c callArgs) (string, string, error) {
 		ok, err := c.sc.ForceUnlock(ctx, rdb, c.k, c.a)
 		return fmt.Sprint(ok), "", err
 	}},
@@ -393,7 +393,7 @@ var corruptCalls = []scriptCall{
 
 // Draws by name, so that rapid's log of a failing sequence reads well.
 
-func drawLock(t *rapid.T) lua.Keys {
+func drawLock(t *rapid.T) wire.Keys {
 	switch rapid.SampledFrom([]string{cxR.Name, cxF.Name, cxS.Name}).Draw(t, "lock") {
 	case cxR.Name:
 		return cxR
@@ -435,12 +435,12 @@ func oddTTL(acquired bool, ttl, low int64) string {
 }
 
 func TestCorruptStateScriptsReturn(t *testing.T) {
-	checkCorruptState(t, lua.Default, lua.ScalableDefault)
+	checkCorruptState(t, wire.Default(), wire.ScalableDefault())
 }
 
 // checkCorruptState runs the property with the given script sets (a fix can
-// be tried with lua.Edit / lua.EditScalable before it is made).
-func checkCorruptState(t *testing.T, fair *lua.Scripts, sc *lua.ScalableScripts) {
+// be tried with wire.Edit / wire.EditScalable before it is made).
+func checkCorruptState(t *testing.T, fair *wire.Scripts, sc *wire.ScalableScripts) {
 	survey := os.Getenv("CORRUPT_SURVEY") == "1"
 	for _, be := range []struct {
 		name string
@@ -517,7 +517,7 @@ func (s *corruptSeq) build(t *rapid.T) {
 // clock plus the client's skew; while checking, anything from a minute
 // before the start to 20 minutes after it).
 func (s *corruptSeq) drawArgs(t *rapid.T, c scriptCall, checking bool) callArgs {
-	var k lua.Keys
+	var k wire.Keys
 	switch c.set {
 	case "fair":
 		k = cxF
@@ -531,7 +531,7 @@ func (s *corruptSeq) drawArgs(t *rapid.T, c scriptCall, checking bool) callArgs 
 	if checking {
 		now = t0 + rapid.Int64Range(-60, 1200).Draw(t, "now")*1000
 	}
-	a := lua.Args{
+	a := wire.Args{
 		Owner:   owner,
 		LeaseMs: rapid.Int64Range(30, 300).Draw(t, "lease") * 1000,
 		WaitMs:  rapid.Int64Range(1, 300).Draw(t, "wait") * 1000,
@@ -562,7 +562,7 @@ func (s *corruptSeq) drawArgs(t *rapid.T, c scriptCall, checking bool) callArgs 
 // drawOwner draws any owner, or the holder of k, or (for the fair sets)
 // its head or a queued waiter, as the state says; read errors (a key of
 // the wrong type) fall back to any owner.
-func (s *corruptSeq) drawOwner(t *rapid.T, k lua.Keys, set string) string {
+func (s *corruptSeq) drawOwner(t *rapid.T, k wire.Keys, set string) string {
 	var pool []string
 	switch rapid.IntRange(0, 3).Draw(t, "who") {
 	case 1:
@@ -1170,7 +1170,7 @@ func TestScalableDeletedNodeFieldReturns(t *testing.T) {
 		}
 		cases = append(cases, scalableDamage{d.name, args})
 	}
-	runScalableDamage(t, lua.ScalableDefault, cases)
+	runScalableDamage(t, wire.ScalableDefault(), cases)
 }
 
 // The same for other single damages of the links and numbers that the
@@ -1178,7 +1178,7 @@ func TestScalableDeletedNodeFieldReturns(t *testing.T) {
 // call.
 func TestScalableDamagedLinksReturn(t *testing.T) {
 	sq := cxS.ScalableQueue()
-	runScalableDamage(t, lua.ScalableDefault, []scalableDamage{
+	runScalableDamage(t, wire.ScalableDefault(), []scalableDamage{
 		{"HSET h nobody (the head is not queued)", []any{"hset", sq, "h", "nobody"}},
 		{"HSET h '' (an empty head)", []any{"hset", sq, "h", ""}},
 		{"HSET p:A B (the head has a predecessor)", []any{"hset", sq, "p:A", "B"}},
@@ -1194,7 +1194,7 @@ type scalableDamage struct {
 	cmd  []any // run on the state: holder holds, A, B, C queued
 }
 
-func runScalableDamage(t *testing.T, sc *lua.ScalableScripts, cases []scalableDamage) {
+func runScalableDamage(t *testing.T, sc *wire.ScalableScripts, cases []scalableDamage) {
 	const holder = "holder"
 	late := t0 + 3_600_000 // past every deadline
 	type call struct {
@@ -1203,25 +1203,25 @@ func runScalableDamage(t *testing.T, sc *lua.ScalableScripts, cases []scalableDa
 	}
 	calls := []call{
 		{"TryLockWait by C", func(ctx context.Context, rdb *redis.Client) error {
-			_, _, err := sc.TryLockWait(ctx, rdb, cxS, lua.Args{Owner: "C", LeaseMs: 30_000, WaitMs: 60_000, NowMs: late, GraceMs: 5000})
+			_, _, err := sc.TryLockWait(ctx, rdb, cxS, wire.Args{Owner: "C", LeaseMs: 30_000, WaitMs: 60_000, NowMs: late, GraceMs: 5000})
 			return err
 		}},
 		{"Unlock by the holder", func(ctx context.Context, rdb *redis.Client) error {
-			_, err := sc.Unlock(ctx, rdb, cxS, lua.Args{Owner: holder, LeaseMs: 30_000, NowMs: late, GraceMs: 5000, RequestID: "u1", LatchMs: 10_000})
+			_, err := sc.Unlock(ctx, rdb, cxS, wire.Args{Owner: holder, LeaseMs: 30_000, NowMs: late, GraceMs: 5000, RequestID: "u1", LatchMs: 10_000})
 			return err
 		}},
 		{"AcquireFailed by A", func(ctx context.Context, rdb *redis.Client) error {
-			return sc.AcquireFailed(ctx, rdb, cxS, lua.Args{Owner: "A", WaitMs: 60_000})
+			return sc.AcquireFailed(ctx, rdb, cxS, wire.Args{Owner: "A", WaitMs: 60_000})
 		}},
 		{"AcquireFailed by B", func(ctx context.Context, rdb *redis.Client) error {
-			return sc.AcquireFailed(ctx, rdb, cxS, lua.Args{Owner: "B", WaitMs: 60_000})
+			return sc.AcquireFailed(ctx, rdb, cxS, wire.Args{Owner: "B", WaitMs: 60_000})
 		}},
 		{"TryLock by C", func(ctx context.Context, rdb *redis.Client) error {
-			_, err := sc.TryLock(ctx, rdb, cxS, lua.Args{Owner: "C", LeaseMs: 30_000, WaitMs: 60_000, NowMs: late})
+			_, err := sc.TryLock(ctx, rdb, cxS, wire.Args{Owner: "C", LeaseMs: 30_000, WaitMs: 60_000, NowMs: late})
 			return err
 		}},
 		{"ForceUnlock", func(ctx context.Context, rdb *redis.Client) error {
-			_, err := sc.ForceUnlock(ctx, rdb, cxS, lua.Args{NowMs: late, GraceMs: 5000})
+			_, err := sc.ForceUnlock(ctx, rdb, cxS, wire.Args{NowMs: late, GraceMs: 5000})
 			return err
 		}},
 	}
@@ -1243,7 +1243,7 @@ func runScalableDamage(t *testing.T, sc *lua.ScalableScripts, cases []scalableDa
 						s := &corruptSeq{ctx: ctx, tg: tg, rdb: rdb}
 						// The holder holds; A, B, C queue behind it, 60 s apart.
 						for _, o := range []string{holder, "A", "B", "C"} {
-							ok, _, err := sc.TryLockWait(ctx, rdb, cxS, lua.Args{Owner: o, LeaseMs: 300_000, WaitMs: 60_000, NowMs: t0, GraceMs: 5000})
+							ok, _, err := sc.TryLockWait(ctx, rdb, cxS, wire.Args{Owner: o, LeaseMs: 300_000, WaitMs: 60_000, NowMs: t0, GraceMs: 5000})
 							if err != nil || ok != (o == holder) {
 								t.Fatalf("building the queue: %s got (%v, %v)", o, ok, err)
 							}

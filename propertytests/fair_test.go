@@ -5,7 +5,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/model"
 )
 
@@ -14,7 +14,7 @@ import (
 // acquireFailed (with the slot the waiter queued with, or another), unlock by
 // the holder, by a stranger and as a retry, forceUnlock, renewal, lease
 // expiry, both clocks, and per-client skew of the client clock.
-func fairMachine(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T) {
+func fairMachine(b backend, scripts *wire.Scripts, c *counts) func(*rapid.T) {
 	return func(t *rapid.T) {
 		h := newHarness(t, b, scripts, c)
 		h.fair = true
@@ -47,8 +47,8 @@ func (h *harness) queued(t *rapid.T) string {
 	return rapid.SampledFrom(h.m.Queue).Draw(t, "waiter")
 }
 
-func (h *harness) args(owner string, lease, wait int64) lua.Args {
-	return lua.Args{Owner: owner, LeaseMs: lease, WaitMs: wait, NowMs: h.now(owner), GraceMs: h.grace[clientOf(owner)]}
+func (h *harness) args(owner string, lease, wait int64) wire.Args {
+	return wire.Args{Owner: owner, LeaseMs: lease, WaitMs: wait, NowMs: h.now(owner), GraceMs: h.grace[clientOf(owner)]}
 }
 
 func (h *harness) fairTryLockWait(t *rapid.T, owner string) {
@@ -131,7 +131,7 @@ func (h *harness) actAcquireFailed(t *rapid.T) {
 	grace := h.grace[clientOf(owner)]
 	before := h.begin()
 	h.m.FairAcquireFailed(h.server, owner, wait, grace)
-	err := h.scripts.FairAcquireFailed(h.ctx, h.rdb, h.keys, lua.Args{Owner: owner, WaitMs: wait, GraceMs: grace})
+	err := h.scripts.FairAcquireFailed(h.ctx, h.rdb, h.keys, wire.Args{Owner: owner, WaitMs: wait, GraceMs: grace})
 	h.noErr(t, "fairAcquireFailed", err)
 	h.end(t, model.Step{Op: model.OpFairAcquireFailed, Owner: owner, WaitMs: wait, GraceMs: grace}, before)
 }
@@ -157,7 +157,7 @@ func (h *harness) actFairForceUnlock(t *rapid.T) {
 	now, grace := h.client+h.skew[c], h.grace[c]
 	before := h.begin()
 	want := h.m.FairForceUnlock(h.server, now, grace)
-	got, err := h.scripts.FairForceUnlock(h.ctx, h.rdb, h.keys, lua.Args{NowMs: now, GraceMs: grace})
+	got, err := h.scripts.FairForceUnlock(h.ctx, h.rdb, h.keys, wire.Args{NowMs: now, GraceMs: grace})
 	h.noErr(t, "fairForceUnlock", err)
 	if want != got {
 		t.Fatalf("fairForceUnlock: model %v, Redis %v", want, got)
@@ -170,9 +170,9 @@ func TestFairMiniredis(t *testing.T) { check(t, fairMachine, miniBackend{}) }
 func TestFairRedisServer(t *testing.T) { check(t, fairMachine, newRealBackend(t)) }
 
 func FuzzFairMiniredis(f *testing.F) {
-	f.Fuzz(rapid.MakeFuzz(fairMachine(miniBackend{}, lua.Default, new(counts))))
+	f.Fuzz(rapid.MakeFuzz(fairMachine(miniBackend{}, wire.Default(), new(counts))))
 }
 
 func FuzzFairRedisServer(f *testing.F) {
-	f.Fuzz(rapid.MakeFuzz(fairMachine(newRealBackend(f), lua.Default, new(counts))))
+	f.Fuzz(rapid.MakeFuzz(fairMachine(newRealBackend(f), wire.Default(), new(counts))))
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/model"
 )
 
@@ -24,7 +24,7 @@ import (
 // copy of a granted request, while its latch lives, gets the first copy's
 // token and changes nothing; the token key never goes down and no refused
 // acquisition moves it.
-func fencedMachine(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T) {
+func fencedMachine(b backend, scripts *wire.Scripts, c *counts) func(*rapid.T) {
 	return func(t *rapid.T) {
 		h := newHarness(t, b, scripts, c)
 		f := &fencedState{h: h, granted: map[string]grant{}, lastReq: map[string]string{}, latchOf: map[string]int64{}}
@@ -94,7 +94,7 @@ func (f *fencedState) acquire(t *rapid.T, owner, req string) {
 	f.lastReq[owner] = req
 	before := h.begin()
 	wantOK, wantTTL, wantTok, wantErr := h.m.FencedAcquire(h.server, owner, lease, req, latch)
-	a := lua.Args{Owner: owner, LeaseMs: lease, AcquireID: req, LatchMs: latch}
+	a := wire.Args{Owner: owner, LeaseMs: lease, AcquireID: req, LatchMs: latch}
 	if latch == 0 {
 		a.AcquireID = "" // no latch: the scripts skip it
 	}
@@ -158,7 +158,7 @@ func (f *fencedState) actAbandon(t *rapid.T) {
 	latch := h.dur(t, "latch", 1, 20)
 	before := h.begin()
 	want := h.m.Abandon(h.server, o, req, latch)
-	got, err := h.scripts.Abandon(h.ctx, h.rdb, h.keys, lua.Args{Owner: o, AcquireID: req, LatchMs: latch})
+	got, err := h.scripts.Abandon(h.ctx, h.rdb, h.keys, wire.Args{Owner: o, AcquireID: req, LatchMs: latch})
 	h.noErr(t, "abandon", err)
 	if want != got {
 		t.Fatalf("abandon %s by %s: model %v, Redis %v", req, o, want, got)
@@ -172,9 +172,9 @@ func errKind(err error) string {
 	switch {
 	case err == nil:
 		return "none"
-	case errors.Is(err, model.ErrAbandoned), errors.Is(err, lua.ErrAbandoned):
+	case errors.Is(err, model.ErrAbandoned), errors.Is(err, wire.ErrAbandoned):
 		return "abandoned"
-	case errors.Is(err, model.ErrGrantOver), errors.Is(err, lua.ErrGrantOver):
+	case errors.Is(err, model.ErrGrantOver), errors.Is(err, wire.ErrGrantOver):
 		return "grant over"
 	}
 	return fmt.Sprintf("other: %v", err)
@@ -187,27 +187,27 @@ func TestFencedRedisServer(t *testing.T) { check(t, fencedMachine, newRealBacken
 // fencedBrokenVariants: each must make the fenced machine fail.
 var fencedBrokenVariants = []brokenVariant{
 	{
-		name: "token not incremented on re-entry", machine: fencedMachine, file: lua.FileFencedAcquire,
+		name: "token not incremented on re-entry", machine: fencedMachine, file: wire.FileFencedAcquire,
 		old: "local token = redis.call('incr', KEYS[2])",
 		new: "local token = redis.call('hexists', KEYS[1], ARGV[2]) == 1 and tonumber(redis.call('get', KEYS[2])) or redis.call('incr', KEYS[2])",
 	},
 	{
-		name: "a repeated copy is INCRed again", machine: fencedMachine, file: lua.FileFencedAcquire,
+		name: "a repeated copy is INCRed again", machine: fencedMachine, file: wire.FileFencedAcquire,
 		old: "return {-1, latch_token(state)}",
 		new: "return {-1, redis.call('incr', KEYS[2])}",
 	},
 	{
-		name: "the latch keeps no token (plain 'held')", machine: fencedMachine, file: lua.FileFencedAcquire,
+		name: "the latch keeps no token (plain 'held')", machine: fencedMachine, file: wire.FileFencedAcquire,
 		old: "latch_grant(KEYS[3], ARGV[3], token)",
 		new: "latch_grant(KEYS[3], ARGV[3])",
 	},
 	{
-		name: "abandon ignores a 'held:<token>' latch", machine: fencedMachine, file: lua.FileAbandon,
+		name: "abandon ignores a 'held:<token>' latch", machine: fencedMachine, file: wire.FileAbandon,
 		old: "held = held and (was == 'held' or latch_token(was) ~= nil)",
 		new: "held = held and was == 'held'",
 	},
 	{
-		name: "fair re-entry takes a new token", machine: fairMachine, file: lua.FileFairTryLockWait,
+		name: "fair re-entry takes a new token", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "if not fresh and TOKEN and TOKEN > 0 then",
 		new: "if false then",
 	},

@@ -6,7 +6,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // H1: a queued waiter whose deadline was deleted by hand (or evicted) is a
@@ -26,7 +26,7 @@ func TestGhostWaiterIsPruned(t *testing.T) {
 	} {
 		t.Run(be.name, func(t *testing.T) {
 			b := be.b(t)
-			rapid.Check(t, ghostMachine(b, lua.Default))
+			rapid.Check(t, ghostMachine(b, wire.Default()))
 		})
 	}
 }
@@ -36,7 +36,7 @@ func TestGhostWaiterBlocksRedissonsPrune(t *testing.T) {
 	setFlag(t, "rapid.shrinktime", "200ms")
 	setFlag(t, "rapid.nofailfile", "true")
 	v := brokenVariant{
-		name: "Redisson's prune (stops at a ghost head)", file: lua.FileFairUnlock,
+		name: "Redisson's prune (stops at a ghost head)", file: wire.FileFairUnlock,
 		old: "if deadline and (grace > 0 or deadline > now) and",
 		new: "if (not deadline or grace > 0 or deadline > now) and",
 	}
@@ -55,7 +55,7 @@ func TestGhostWaiterBlocksRedissonsPrune(t *testing.T) {
 	t.Logf("caught: %s", r.first())
 }
 
-func ghostMachine(b backend, scripts *lua.Scripts) func(*rapid.T) {
+func ghostMachine(b backend, scripts *wire.Scripts) func(*rapid.T) {
 	return func(t *rapid.T) {
 		h := newHarness(t, b, scripts, new(counts))
 		h.fair = true

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/model"
 )
 
@@ -32,9 +32,9 @@ const t0 int64 = 1_700_000_000_000
 // histories.
 type harness struct {
 	ctx     context.Context
-	scripts *lua.Scripts
+	scripts *wire.Scripts
 	rdb     *redis.Client
-	keys    lua.Keys
+	keys    wire.Keys
 	clock   serverClock
 	sub     *subscriber
 	u, tol  int64
@@ -124,13 +124,13 @@ func (c *counts) observe(s model.Step) {
 	}
 }
 
-func newHarness(t *rapid.T, b backend, scripts *lua.Scripts, c *counts) *harness {
+func newHarness(t *rapid.T, b backend, scripts *wire.Scripts, c *counts) *harness {
 	rdb, name, clock := b.start(t)
 	h := &harness{
 		ctx:     context.Background(),
 		scripts: scripts,
 		rdb:     rdb,
-		keys:    lua.KeysFor(name),
+		keys:    wire.KeysFor(name),
 		clock:   clock,
 		u:       b.unit(),
 		tol:     b.tolerance(),

@@ -14,7 +14,7 @@ import (
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/faultproxy"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 var engines = []struct {
@@ -202,7 +202,7 @@ func ambiguousGrantGivenBack(t *testing.T, b *redistest.Backend, engine fair.Eng
 	}
 	warmed := make(chan error, 1)
 	go func() { warmed <- warm.Lock(ctx) }()
-	waitSubscribed(t, direct, lua.KeysFor(name+":warm").WaiterChannel(warm.Owner()))
+	waitSubscribed(t, direct, wire.KeysFor(name+":warm").WaiterChannel(warm.Owner()))
 	_ = warmHolder.Unlock(ctx)
 	if err := <-warmed; err != nil {
 		t.Fatal(err)
@@ -238,7 +238,7 @@ func ambiguousGrantGivenBack(t *testing.T, b *redistest.Backend, engine fair.Eng
 	if !h.waitJoined(wa, 3*time.Second) {
 		t.Fatalf("W did not queue\n%s", h)
 	}
-	waitSubscribed(t, direct, lua.KeysFor(name).WaiterChannel(xm.Owner()))
+	waitSubscribed(t, direct, wire.KeysFor(name).WaiterChannel(xm.Owner()))
 	time.Sleep(time.Until(release))
 	h.releasing(aa)
 	if err := am.Unlock(ctx); err != nil {

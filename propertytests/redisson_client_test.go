@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // A reference Redisson client for mixed-deployment tests: the fair lock as
@@ -307,7 +307,7 @@ func (c *rClient) cancelRenewal(name string, tid int64) {
 type rLock struct {
 	c      *rClient
 	name   string
-	keys   lua.Keys
+	keys   wire.Keys
 	tid    int64
 	owner  string
 	ilease time.Duration // internalLockLeaseTime, a field of the lock object
@@ -319,7 +319,7 @@ func (c *rClient) Lock(name string) *rLock {
 	c.nextTID++
 	tid := c.nextTID
 	c.mu.Unlock()
-	return &rLock{c: c, name: name, keys: lua.KeysFor(name), tid: tid, owner: fmt.Sprintf("%s:%d", c.id, tid), ilease: c.watchdog}
+	return &rLock{c: c, name: name, keys: wire.KeysFor(name), tid: tid, owner: fmt.Sprintf("%s:%d", c.id, tid), ilease: c.watchdog}
 }
 
 // slotMs is the waiter's slot: its positive waitTime, else the default.
@@ -402,7 +402,7 @@ func (l *rLock) subscribe(ctx context.Context) (*sub, error) {
 				if !ok {
 					return
 				}
-				if m.Payload == lua.UnlockMessage {
+				if m.Payload == wire.UnlockMessage {
 					select {
 					case s.sem <- struct{}{}:
 					default:
@@ -553,7 +553,7 @@ func (l *rLock) Unlock(ctx context.Context) error {
 	latchTTL := 16000 + mrand.Int64N(4001) // (3000 + [1000..2000]) x 4
 	v, err := rUnlock.Run(ctx, l.c.rdb,
 		[]string{l.keys.Name, l.keys.Queue, l.keys.Timeouts, l.keys.Channel, latch},
-		lua.UnlockMessage, l.ilease.Milliseconds(), l.owner, time.Now().UnixMilli(), lua.Publish, latchTTL).Result()
+		wire.UnlockMessage, l.ilease.Milliseconds(), l.owner, time.Now().UnixMilli(), wire.Publish, latchTTL).Result()
 	l.c.cancelRenewal(l.name, l.tid)
 	if errors.Is(err, redis.Nil) {
 		l.ilease = l.c.watchdog

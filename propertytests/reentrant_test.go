@@ -5,14 +5,14 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/model"
 )
 
 // reentrantMachine is the state machine of the reentrant lock's scripts:
 // acquire (fresh, re-entry, contended), unlock by the holder, by a
 // stranger and as a retry, forceUnlock, renewal, and time.
-func reentrantMachine(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T) {
+func reentrantMachine(b backend, scripts *wire.Scripts, c *counts) func(*rapid.T) {
 	return func(t *rapid.T) {
 		h := newHarness(t, b, scripts, c)
 		t.Repeat(weighted(h.check, []action{
@@ -33,7 +33,7 @@ func (h *harness) acquire(t *rapid.T, owner string) {
 	lease := h.lease(t)
 	before := h.begin()
 	wantOK, wantTTL := h.m.Acquire(h.server, owner, lease)
-	gotOK, gotTTL, err := h.scripts.Acquire(h.ctx, h.rdb, h.keys, lua.Args{Owner: owner, LeaseMs: lease})
+	gotOK, gotTTL, err := h.scripts.Acquire(h.ctx, h.rdb, h.keys, wire.Args{Owner: owner, LeaseMs: lease})
 	h.noErr(t, "acquire", err)
 	if wantOK != gotOK {
 		t.Fatalf("acquire by %s: model acquired=%v, Redis %v", owner, wantOK, gotOK)
@@ -58,7 +58,7 @@ func (h *harness) unlock(t *rapid.T, owner string) {
 	req := h.request(t, owner)
 	before := h.begin()
 	want := h.m.Unlock(h.server, owner, lease, req, latch)
-	got, err := h.scripts.Unlock(h.ctx, h.rdb, h.keys, lua.Args{Owner: owner, LeaseMs: lease, RequestID: req, LatchMs: latch})
+	got, err := h.scripts.Unlock(h.ctx, h.rdb, h.keys, wire.Args{Owner: owner, LeaseMs: lease, RequestID: req, LatchMs: latch})
 	h.noErr(t, "unlock", err)
 	if int(want) != int(got) {
 		t.Fatalf("unlock by %s (%s): model %v, Redis %v", owner, req, want, got)
@@ -81,7 +81,7 @@ func (h *harness) actHolderUnlocks(t *rapid.T) {
 func (h *harness) actForceUnlock(t *rapid.T) {
 	before := h.begin()
 	want := h.m.ForceUnlock(h.server)
-	got, err := h.scripts.ForceUnlock(h.ctx, h.rdb, h.keys, lua.Args{})
+	got, err := h.scripts.ForceUnlock(h.ctx, h.rdb, h.keys, wire.Args{})
 	h.noErr(t, "forceUnlock", err)
 	if want != got {
 		t.Fatalf("forceUnlock: model %v, Redis %v", want, got)
@@ -94,16 +94,16 @@ func TestReentrantMiniredis(t *testing.T) { check(t, reentrantMachine, miniBacke
 func TestReentrantRedisServer(t *testing.T) { check(t, reentrantMachine, newRealBackend(t)) }
 
 func FuzzReentrantMiniredis(f *testing.F) {
-	f.Fuzz(rapid.MakeFuzz(reentrantMachine(miniBackend{}, lua.Default, new(counts))))
+	f.Fuzz(rapid.MakeFuzz(reentrantMachine(miniBackend{}, wire.Default(), new(counts))))
 }
 
 // machine builds a state machine on a backend with a set of scripts.
-type machine func(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T)
+type machine func(b backend, scripts *wire.Scripts, c *counts) func(*rapid.T)
 
 // check runs a machine with the real scripts and logs how much it ran.
 func check(t *testing.T, m machine, b backend) {
 	t.Helper()
 	var c counts
-	rapid.Check(t, m(b, lua.Default, &c))
+	rapid.Check(t, m(b, wire.Default(), &c))
 	t.Logf("%v", &c)
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/model"
 )
 
@@ -35,9 +35,9 @@ var rwReaders = []string{"cA:1", "cA:2", "cB:1"}
 
 type rwHarness struct {
 	ctx     context.Context
-	scripts *lua.Scripts
+	scripts *wire.Scripts
 	rdb     *redis.Client
-	keys    lua.Keys
+	keys    wire.Keys
 	clock   serverClock
 	sub     *subscriber
 	u, tol  int64
@@ -51,11 +51,11 @@ type rwHarness struct {
 	counts  *counts
 }
 
-func rwMachine(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T) {
+func rwMachine(b backend, scripts *wire.Scripts, c *counts) func(*rapid.T) {
 	return func(t *rapid.T) {
 		rdb, name, clock := b.start(t)
 		h := &rwHarness{
-			ctx: context.Background(), scripts: scripts, rdb: rdb, keys: lua.KeysFor(name), clock: clock,
+			ctx: context.Background(), scripts: scripts, rdb: rdb, keys: wire.KeysFor(name), clock: clock,
 			u: b.unit(), tol: b.tolerance(), m: model.NewRW(name),
 			promise: map[string]int64{}, lastReq: map[string]string{}, counts: c,
 		}
@@ -63,7 +63,7 @@ func rwMachine(b backend, scripts *lua.Scripts, c *counts) func(*rapid.T) {
 		t.Cleanup(func() { c.steps += h.steps })
 		n := h.m.Names()
 		if n.Channel != h.keys.RWChannel() || n.TimeoutKey("u:1", 2) != h.keys.RWTimeoutKey("u:1", 2) ||
-			n.LatchPrefix()+"r" != h.keys.Latch("r") || model.WriterOf("u:1") != lua.WriterOwner("u:1") {
+			n.LatchPrefix()+"r" != h.keys.Latch("r") || model.WriterOf("u:1") != wire.WriterOwner("u:1") {
 			t.Fatalf("model names %+v differ from lua's", n)
 		}
 		h.sub = subscribe(t, rdb, model.Names{Channel: n.Channel})
@@ -104,8 +104,8 @@ func (h *rwHarness) request(t *rapid.T, owner string) string {
 	return id
 }
 
-func (h *rwHarness) args(owner string, lease int64) lua.Args {
-	return lua.Args{Owner: owner, LeaseMs: lease}
+func (h *rwHarness) args(owner string, lease int64) wire.Args {
+	return wire.Args{Owner: owner, LeaseMs: lease}
 }
 
 func (h *rwHarness) acquire(t *rapid.T, owner string, write bool) {
@@ -142,17 +142,17 @@ func (h *rwHarness) unlock(t *rapid.T, owner string) {
 	latch := h.dur(t, "latch", 1, 20)
 	req := h.request(t, owner)
 	n := len(h.m.Published)
-	var want, got lua.UnlockResult
+	var want, got wire.UnlockResult
 	var err error
 	if model.IsWriter(owner) {
-		want = lua.UnlockResult(h.m.WriteUnlock(h.server, owner, lease, req, latch))
-		got, err = h.scripts.WriteUnlock(h.ctx, h.rdb, h.keys, lua.Args{Owner: owner, LeaseMs: lease, RequestID: req, LatchMs: latch})
+		want = wire.UnlockResult(h.m.WriteUnlock(h.server, owner, lease, req, latch))
+		got, err = h.scripts.WriteUnlock(h.ctx, h.rdb, h.keys, wire.Args{Owner: owner, LeaseMs: lease, RequestID: req, LatchMs: latch})
 	} else {
-		want = lua.UnlockResult(h.m.ReadUnlock(h.server, owner, req, latch))
-		got, err = h.scripts.ReadUnlock(h.ctx, h.rdb, h.keys, lua.Args{Owner: owner, RequestID: req, LatchMs: latch})
+		want = wire.UnlockResult(h.m.ReadUnlock(h.server, owner, req, latch))
+		got, err = h.scripts.ReadUnlock(h.ctx, h.rdb, h.keys, wire.Args{Owner: owner, RequestID: req, LatchMs: latch})
 	}
 	h.noErr(t, "unlock", err)
-	if got != lua.StillHeld {
+	if got != wire.StillHeld {
 		delete(h.promise, owner) // the client ends its hold (internal/core)
 	}
 	h.end(t, fmt.Sprintf("unlock by %s (%s)", owner, req), n, func() error {
@@ -200,7 +200,7 @@ func (h *rwHarness) actWriterReads(t *rapid.T) {
 func (h *rwHarness) force(t *rapid.T, write bool) {
 	n := len(h.m.Published)
 	want := h.m.ForceUnlock(h.server, write)
-	got, err := h.scripts.RWForceUnlock(h.ctx, h.rdb, h.keys, lua.Args{}, write)
+	got, err := h.scripts.RWForceUnlock(h.ctx, h.rdb, h.keys, wire.Args{}, write)
 	h.noErr(t, "forceUnlock", err)
 	if got {
 		clear(h.promise) // every holder loses the lock (and learns it)
@@ -228,7 +228,7 @@ func (h *rwHarness) actOtherKind(t *rapid.T) {
 	lease := h.dur(t, "lease", 1, 30)
 	want := h.m.OtherLock(h.server, lease)
 	// acquire.lua's rule: take the name when no key is there.
-	got, _, err := h.scripts.Acquire(h.ctx, h.rdb, h.keys, lua.Args{Owner: model.OtherOwner, LeaseMs: lease})
+	got, _, err := h.scripts.Acquire(h.ctx, h.rdb, h.keys, wire.Args{Owner: model.OtherOwner, LeaseMs: lease})
 	h.noErr(t, "other kind's lock", err)
 	h.end(t, fmt.Sprintf("other kind's lock (lease %d)", lease), n, func() error {
 		if want != got {
@@ -259,7 +259,7 @@ func (h *rwHarness) actRenew(t *rapid.T) {
 	h.noErr(t, "renew", err)
 	got := make([]bool, len(st))
 	for i, s := range st {
-		got[i] = s == lua.RenewOK
+		got[i] = s == wire.RenewOK
 		if got[i] {
 			h.promise[owners[i]] = max(h.promise[owners[i]], h.server+lease)
 		} else {

@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/model"
 )
 
@@ -33,9 +33,9 @@ type scHarness struct {
 	clock  serverClock
 	u, tol int64
 
-	faithful *lua.Scripts
-	scalable *lua.ScalableScripts
-	fk, sk   lua.Keys
+	faithful *wire.Scripts
+	scalable *wire.ScalableScripts
+	fk, sk   wire.Keys
 	fsub     *subscriber
 	ssub     *subscriber
 
@@ -53,13 +53,13 @@ type scHarness struct {
 	c       *counts
 }
 
-func scalableMachine(b backend, scripts *lua.ScalableScripts, c *counts) func(*rapid.T) {
+func scalableMachine(b backend, scripts *wire.ScalableScripts, c *counts) func(*rapid.T) {
 	return func(t *rapid.T) {
 		rdb, name, clock := b.start(t)
 		h := &scHarness{
 			ctx: context.Background(), rdb: rdb, clock: clock, u: b.unit(), tol: b.tolerance(),
-			faithful: lua.Default, scalable: scripts,
-			fk: lua.KeysFor(name + ":fa"), sk: lua.KeysFor(name + ":sc"),
+			faithful: wire.Default(), scalable: scripts,
+			fk: wire.KeysFor(name + ":fa"), sk: wire.KeysFor(name + ":sc"),
 			client: t0, skew: map[string]int64{}, grace: map[string]int64{},
 			lastReq: map[string]string{}, slot: map[string]int64{}, c: c,
 		}
@@ -126,8 +126,8 @@ func (h *scHarness) holderOr(t *rapid.T) string {
 	return h.owner(t)
 }
 
-func (h *scHarness) args(owner string, lease, wait int64) lua.Args {
-	return lua.Args{Owner: owner, LeaseMs: lease, WaitMs: wait, NowMs: h.now(owner), GraceMs: h.grace[clientOf(owner)]}
+func (h *scHarness) args(owner string, lease, wait int64) wire.Args {
+	return wire.Args{Owner: owner, LeaseMs: lease, WaitMs: wait, NowMs: h.now(owner), GraceMs: h.grace[clientOf(owner)]}
 }
 
 func (h *scHarness) noErr(t *rapid.T, what string, errs ...error) {
@@ -201,7 +201,7 @@ func (h *scHarness) actAcquireFailed(t *rapid.T) {
 	if !ok || rapid.IntRange(0, 5).Draw(t, "other slot") == 0 {
 		wait = h.wait(t)
 	}
-	a := lua.Args{Owner: owner, WaitMs: wait, GraceMs: h.grace[clientOf(owner)]}
+	a := wire.Args{Owner: owner, WaitMs: wait, GraceMs: h.grace[clientOf(owner)]}
 	h.m.FairAcquireFailed(h.server, owner, wait, a.GraceMs)
 	h.noErr(t, "acquireFailed", h.faithful.FairAcquireFailed(h.ctx, h.rdb, h.fk, a), h.scalable.AcquireFailed(h.ctx, h.rdb, h.sk, a))
 	h.end(t, "acquireFailed "+owner)
@@ -231,7 +231,7 @@ func (h *scHarness) unlock(t *rapid.T, owner string) {
 
 func (h *scHarness) actForceUnlock(t *rapid.T) {
 	c := rapid.SampledFrom(clients).Draw(t, "client")
-	a := lua.Args{NowMs: h.client + h.skew[c], GraceMs: h.grace[c]}
+	a := wire.Args{NowMs: h.client + h.skew[c], GraceMs: h.grace[c]}
 	fr, ferr := h.faithful.FairForceUnlock(h.ctx, h.rdb, h.fk, a)
 	sr, serr := h.scalable.ForceUnlock(h.ctx, h.rdb, h.sk, a)
 	h.noErr(t, "forceUnlock", ferr, serr)
@@ -247,8 +247,8 @@ func (h *scHarness) actForceUnlock(t *rapid.T) {
 // actPlainForceUnlock runs the reentrant lock's forceUnlock on both hashes:
 // the lock goes, the queue stays and nobody is woken on a waiter channel.
 func (h *scHarness) actPlainForceUnlock(t *rapid.T) {
-	fr, ferr := lua.Default.ForceUnlock(h.ctx, h.rdb, h.fk, lua.Args{})
-	sr, serr := lua.Default.ForceUnlock(h.ctx, h.rdb, h.sk, lua.Args{})
+	fr, ferr := wire.Default().ForceUnlock(h.ctx, h.rdb, h.fk, wire.Args{})
+	sr, serr := wire.Default().ForceUnlock(h.ctx, h.rdb, h.sk, wire.Args{})
 	h.noErr(t, "plain forceUnlock", ferr, serr)
 	if mr := h.m.ForceUnlock(h.server); mr != sr {
 		t.Fatalf("plain forceUnlock: model %v, scalable %v", mr, sr)
@@ -261,8 +261,8 @@ func (h *scHarness) actPlainForceUnlock(t *rapid.T) {
 
 func (h *scHarness) actRenew(t *rapid.T) {
 	o, lease := h.holderOr(t), h.lease(t)
-	fr, ferr := lua.Default.Renew(h.ctx, h.rdb, []string{h.fk.Name}, []string{o}, lease)
-	sr, serr := lua.Default.Renew(h.ctx, h.rdb, []string{h.sk.Name}, []string{o}, lease)
+	fr, ferr := wire.Default().Renew(h.ctx, h.rdb, []string{h.fk.Name}, []string{o}, lease)
+	sr, serr := wire.Default().Renew(h.ctx, h.rdb, []string{h.sk.Name}, []string{o}, lease)
 	h.noErr(t, "renew", ferr, serr)
 	if mr := h.m.Renew(h.server, o, lease); mr != sr[0] {
 		t.Fatalf("renew: model %v, scalable %v", mr, sr[0])
@@ -412,7 +412,7 @@ func (h *scHarness) check(t *rapid.T) {
 // deadline as the head's plus the deltas up to it. It fails on anything the
 // representation does not allow: broken links, a tail deadline that is not
 // the tail's, stray fields or keys, or Redisson queue keys.
-func dumpScalable(ctx context.Context, rdb *redis.Client, k lua.Keys, server int64) (*model.Lock, error) {
+func dumpScalable(ctx context.Context, rdb *redis.Client, k wire.Keys, server int64) (*model.Lock, error) {
 	pipe := rdb.Pipeline()
 	all := pipe.Keys(ctx, "*"+k.Name+"*")
 	holds := pipe.HGetAll(ctx, k.Name)
@@ -542,12 +542,12 @@ func TestScalableRedisServer(t *testing.T) { checkScalable(t, newRealBackend(t))
 
 func checkScalable(t *testing.T, b backend) {
 	var c counts
-	rapid.Check(t, scalableMachine(b, lua.ScalableDefault, &c))
+	rapid.Check(t, scalableMachine(b, wire.ScalableDefault(), &c))
 	t.Logf("%v; %d notifications, longest queue %d", &c, c.notified, c.maxQueue)
 }
 
 func FuzzScalableMiniredis(f *testing.F) {
-	f.Fuzz(rapid.MakeFuzz(scalableMachine(miniBackend{}, lua.ScalableDefault, new(counts))))
+	f.Fuzz(rapid.MakeFuzz(scalableMachine(miniBackend{}, wire.ScalableDefault(), new(counts))))
 }
 
 // scalableBroken are deliberately wrong scalable scripts, each a plausible
@@ -575,10 +575,10 @@ func TestScalableBrokenVariantsFail(t *testing.T) {
 	for _, v := range scalableBroken {
 		t.Run(v.name, func(t *testing.T) {
 			// Both files are in every script's source.
-			if n := strings.Count(lua.ScalableSource(lua.FileFairTryLock), v.old); n != 1 {
+			if n := strings.Count(wire.ScalableSource(wire.FileFairTryLock), v.old); n != 1 {
 				t.Fatalf("%q occurs %d times in %s", v.old, n, v.file)
 			}
-			scripts := lua.EditScalable(func(file, src string) string {
+			scripts := wire.EditScalable(func(file, src string) string {
 				return strings.Replace(src, v.old, v.new, 1)
 			})
 			requireCaught(t, v.name, func(b backend, c *counts) func(*rapid.T) { return scalableMachine(b, scripts, c) })

@@ -10,7 +10,7 @@ package reentrant
 import (
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Mutex is a handle on a distributed reentrant lock. Its calls (Lock,
@@ -31,7 +31,7 @@ type Option = fairlock.LockOption
 // New returns a handle on the lock called name. The name must be non-empty;
 // it may carry a Redis hash tag ("{tag}rest"). New does not talk to Redis.
 func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
-	h, _, _, err := core.NewLock[fairlock.Handle](c, name, opts, func(s *core.Session, k lua.Keys, _ core.LockConfig) (core.Engine, error) {
+	h, _, _, err := core.NewLock[fairlock.Handle](c, name, opts, func(s *core.Session, k wire.Keys, _ core.LockConfig) (core.Engine, error) {
 		return core.ReentrantEngine{S: s, K: k}, nil
 	})
 	if err != nil {

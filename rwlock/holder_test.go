@@ -17,7 +17,7 @@ import (
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/faultproxy"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/rwlock"
 )
 
@@ -27,7 +27,7 @@ func state(ctx context.Context, rdb redis.UniversalClient, name string) string {
 	s := fmt.Sprintf("hash %v pttl %v", h, rdb.PTTL(ctx, name).Val())
 	for f := range h {
 		for k := 1; k <= 3; k++ {
-			key := lua.KeysFor(name).RWTimeoutKey(f, int64(k))
+			key := wire.KeysFor(name).RWTimeoutKey(f, int64(k))
 			if p := rdb.PTTL(ctx, key).Val(); p != -2*time.Nanosecond && p != -2 {
 				s += fmt.Sprintf("; %s pttl %v", key, p)
 			}
@@ -76,7 +76,7 @@ func TestLateRenewalDoesNotReviveALostReadHold(t *testing.T) {
 	}()
 	err := waitDone(t, r1.ReadLock(), 5*lease, "R1 under the stall")
 	require.ErrorIs(t, err, rwlock.ErrLost, "R1's hold under the stall")
-	key := lua.KeysFor(name).RWTimeoutKey(r1.ReadLock().Owner(), 1)
+	key := wire.KeysFor(name).RWTimeoutKey(r1.ReadLock().Owner(), 1)
 	require.Eventually(t, func() bool { return direct.Exists(ctx, key).Val() == 0 }, 5*lease, 20*time.Millisecond,
 		"R1's rwlock_timeout key outlives its lease")
 	undo() // the held-back renewals reach Redis now
@@ -121,7 +121,7 @@ func TestReadHoldAfterItsLeaseRanOutStartsAfresh(t *testing.T) {
 			err := waitDone(t, r1.ReadLock(), 10*time.Second, "R1's 1 s read hold")
 			require.ErrorIs(t, err, rwlock.ErrLost)
 			if waitKey {
-				key := lua.KeysFor(name).RWTimeoutKey(r1.ReadLock().Owner(), 1)
+				key := wire.KeysFor(name).RWTimeoutKey(r1.ReadLock().Owner(), 1)
 				require.Eventually(t, func() bool { return direct.Exists(ctx, key).Val() == 0 }, 10*time.Second, 10*time.Millisecond)
 				held, err := r1.ReadLock().IsHeld(ctx)
 				require.NoError(t, err)
@@ -161,11 +161,11 @@ func TestReadUnlockGivesBackAStaleField(t *testing.T) {
 	ctx := testCtx(t)
 	rdb := b.Client(t)
 	name := redistest.Prefix(t) + "rw"
-	k := lua.KeysFor(name)
-	r1 := lua.Args{Owner: "u1:1", LeaseMs: 300, LatchMs: 10000}
-	r2 := lua.Args{Owner: "u2:1", LeaseMs: 30000, LatchMs: 10000}
-	for _, a := range []lua.Args{r1, r1, r2} {
-		ok, _, err := lua.Default.ReadAcquire(ctx, rdb, k, a)
+	k := wire.KeysFor(name)
+	r1 := wire.Args{Owner: "u1:1", LeaseMs: 300, LatchMs: 10000}
+	r2 := wire.Args{Owner: "u2:1", LeaseMs: 30000, LatchMs: 10000}
+	for _, a := range []wire.Args{r1, r1, r2} {
+		ok, _, err := wire.Default().ReadAcquire(ctx, rdb, k, a)
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
@@ -173,14 +173,14 @@ func TestReadUnlockGivesBackAStaleField(t *testing.T) {
 		return rdb.Exists(ctx, k.RWTimeoutKey("u1:1", 1), k.RWTimeoutKey("u1:1", 2)).Val() == 0
 	}, 10*time.Second, 10*time.Millisecond)
 	r1.RequestID = "give-back"
-	res, err := lua.Default.ReadUnlock(ctx, rdb, k, r1)
+	res, err := wire.Default().ReadUnlock(ctx, rdb, k, r1)
 	require.NoError(t, err)
-	assert.Equal(t, lua.NotHeld, res, "the reply to the give-back of a stale field")
+	assert.Equal(t, wire.NotHeld, res, "the reply to the give-back of a stale field")
 	assert.False(t, rdb.HExists(ctx, name, "u1:1").Val(), "the stale field is still there: %s", state(ctx, rdb, name))
 	r2.RequestID = "r2"
-	res, err = lua.Default.ReadUnlock(ctx, rdb, k, r2)
+	res, err = wire.Default().ReadUnlock(ctx, rdb, k, r2)
 	require.NoError(t, err)
-	assert.Equal(t, lua.Released, res)
+	assert.Equal(t, wire.Released, res)
 	assert.Zero(t, rdb.Exists(ctx, name).Val(), "the lock outlives its last live hold: %s", state(ctx, rdb, name))
 }
 
@@ -200,7 +200,7 @@ func TestWriteUnlockFreesTheLockWhenItsReadsRanOut(t *testing.T) {
 	require.NoError(t, rw.ReadLock().LockWithLease(ctx, time.Second))
 	err := waitDone(t, rw.ReadLock(), 10*time.Second, "the writer's 1 s read hold")
 	require.ErrorIs(t, err, rwlock.ErrLost)
-	key := lua.KeysFor(name).RWTimeoutKey(rw.ReadLock().Owner(), 1)
+	key := wire.KeysFor(name).RWTimeoutKey(rw.ReadLock().Owner(), 1)
 	require.Eventually(t, func() bool { return direct.Exists(ctx, key).Val() == 0 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, rw.WriteLock().Unlock(ctx))
 	ok, err := other.WriteLock().TryLock(ctx)

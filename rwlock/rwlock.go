@@ -24,7 +24,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // RWMutex is a handle on a distributed read-write lock: one owner
@@ -60,14 +60,14 @@ type Option = fairlock.LockOption
 // to Redis.
 func New(c *fairlock.Client, name string, opts ...Option) (*RWMutex, error) {
 	half := func(write bool, opts []Option) (*Lock, error) {
-		h, m, _, err := core.NewLock[fairlock.Handle](c, name, opts, func(s *core.Session, k lua.Keys, _ core.LockConfig) (core.Engine, error) {
+		h, m, _, err := core.NewLock[fairlock.Handle](c, name, opts, func(s *core.Session, k wire.Keys, _ core.LockConfig) (core.Engine, error) {
 			return engine{s: s, k: k, write: write}, nil
 		})
 		if err != nil {
 			return nil, err
 		}
 		if write {
-			m.Owner = lua.WriterOwner(m.Owner)
+			m.Owner = wire.WriterOwner(m.Owner)
 		}
 		m.WatchKind = core.KindRW
 		return &Lock{Handle: h, m: m, write: write}, nil
@@ -133,7 +133,7 @@ func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
 	if ctx == nil {
 		return false, fmt.Errorf("%w: nil context", ErrInvalidValue)
 	}
-	a := lua.Args{PubCmd: l.m.S.PubCmd()}
+	a := wire.Args{PubCmd: l.m.S.PubCmd()}
 	ok, err := core.Call(ctx, func(ctx context.Context) (bool, error) {
 		return l.m.S.Scripts().RWForceUnlock(ctx, l.m.S.RDB, l.m.Keys, a, l.write)
 	})
@@ -235,27 +235,27 @@ func (l *Lock) readHolds(ctx context.Context) (int, error) {
 
 type engine struct {
 	s     *core.Session
-	k     lua.Keys
+	k     wire.Keys
 	write bool
 }
 
-func (e engine) Try(ctx context.Context, a lua.Args, _ bool) (bool, int64, error) {
+func (e engine) Try(ctx context.Context, a wire.Args, _ bool) (bool, int64, error) {
 	if e.write {
 		return e.s.Scripts().WriteAcquire(ctx, e.s.RDB, e.k, a)
 	}
 	return e.s.Scripts().ReadAcquire(ctx, e.s.RDB, e.k, a)
 }
 
-func (e engine) GiveUp(context.Context, lua.Args) error { return nil }
+func (e engine) GiveUp(context.Context, wire.Args) error { return nil }
 
-func (e engine) Unlock(ctx context.Context, a lua.Args) (lua.UnlockResult, error) {
+func (e engine) Unlock(ctx context.Context, a wire.Args) (wire.UnlockResult, error) {
 	if e.write {
 		return e.s.Scripts().WriteUnlock(ctx, e.s.RDB, e.k, a)
 	}
 	return e.s.Scripts().ReadUnlock(ctx, e.s.RDB, e.k, a)
 }
 
-func (e engine) ForceUnlock(ctx context.Context, a lua.Args) (bool, error) {
+func (e engine) ForceUnlock(ctx context.Context, a wire.Args) (bool, error) {
 	return e.s.Scripts().RWForceUnlock(ctx, e.s.RDB, e.k, a, e.write)
 }
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/rwlock"
 )
 
@@ -196,7 +196,7 @@ func TestLastReaderUnlockWakesWriter(t *testing.T) {
 func waitSubscribers(t *testing.T, b *redistest.Backend, name string, n int64) {
 	t.Helper()
 	rdb := b.Client(t)
-	ch := lua.KeysFor(name).RWChannel()
+	ch := wire.KeysFor(name).RWChannel()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		m, err := rdb.PubSubNumSub(context.Background(), ch).Result()
@@ -283,18 +283,18 @@ func TestUnlockOfFreeLockRetry(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
-		k := lua.KeysFor(redistest.Prefix(t) + "rw")
-		a := lua.Args{Owner: "u:1", LeaseMs: 30000, RequestID: "req", LatchMs: 10000}
+		k := wire.KeysFor(redistest.Prefix(t) + "rw")
+		a := wire.Args{Owner: "u:1", LeaseMs: 30000, RequestID: "req", LatchMs: 10000}
 		for try := 0; try < 2; try++ {
-			res, err := lua.Default.ReadUnlock(ctx, rdb, k, a)
+			res, err := wire.Default().ReadUnlock(ctx, rdb, k, a)
 			require.NoError(t, err)
-			assert.Equal(t, lua.NotHeld, res, "read unlock of a free lock, try %d", try+1)
+			assert.Equal(t, wire.NotHeld, res, "read unlock of a free lock, try %d", try+1)
 		}
-		a.Owner, a.RequestID = lua.WriterOwner("u:1"), "req2"
+		a.Owner, a.RequestID = wire.WriterOwner("u:1"), "req2"
 		for try := 0; try < 2; try++ {
-			res, err := lua.Default.WriteUnlock(ctx, rdb, k, a)
+			res, err := wire.Default().WriteUnlock(ctx, rdb, k, a)
 			require.NoError(t, err)
-			assert.Equal(t, lua.NotHeld, res, "write unlock of a free lock, try %d", try+1)
+			assert.Equal(t, wire.NotHeld, res, "write unlock of a free lock, try %d", try+1)
 		}
 	})
 }
@@ -311,7 +311,7 @@ func TestWireNames(t *testing.T) {
 		id := rw.ReadLock().Owner()
 		assert.Regexp(t, `^[0-9a-f-]{36}:7$`, id)
 		assert.Equal(t, id+":write", rw.WriteLock().Owner())
-		assert.Equal(t, "redisson_rwlock:{"+name+"}", lua.KeysFor(name).RWChannel())
+		assert.Equal(t, "redisson_rwlock:{"+name+"}", wire.KeysFor(name).RWChannel())
 		require.NoError(t, rw.WriteLock().Lock(ctx))
 		require.NoError(t, rw.ReadLock().Lock(ctx))
 		require.NoError(t, rw.ReadLock().Lock(ctx))

@@ -18,7 +18,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/reentrant"
 )
 
@@ -177,7 +177,7 @@ func Libs() []Lib {
 
 // redissonQueued is the length of Redisson's fair-lock queue list.
 func redissonQueued(ctx context.Context, admin *redis.Client, name string) (int64, error) {
-	return admin.LLen(ctx, lua.KeysFor(name).Queue).Result()
+	return admin.LLen(ctx, wire.KeysFor(name).Queue).Result()
 }
 
 type flClient struct {
@@ -214,7 +214,7 @@ func openFairlockEngine(engine fair.Engine) func(e *env) (client, error) {
 // scalableQueued counts the waiters of the scalable engine's queue hash:
 // four fields (h, t, hd, td) plus three per waiter (n:, p:, d:).
 func scalableQueued(ctx context.Context, admin *redis.Client, name string) (int64, error) {
-	n, err := admin.HLen(ctx, lua.KeysFor(name).ScalableQueue()).Result()
+	n, err := admin.HLen(ctx, wire.KeysFor(name).ScalableQueue()).Result()
 	if err != nil || n == 0 {
 		return 0, err
 	}

@@ -38,7 +38,7 @@ import (
 
 	"github.com/fairlock-go/fairlock/cmd/fairlock/internal/demo"
 	"github.com/fairlock-go/fairlock/cmd/fairlock/internal/inspect"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 const usage = `fairlock: demo and inspector of the fairlock Redis locks
@@ -309,7 +309,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return bad("--redis host:port is required")
 	}
 	name := pos[0]
-	if err := lua.ValidateName(name); err != nil {
+	if err := wire.ValidateName(name); err != nil {
 		fmt.Fprintf(stderr, "fairlock inspect: %v\n", err)
 		return 2
 	}

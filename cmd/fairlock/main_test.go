@@ -24,7 +24,7 @@ import (
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/lockstate"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // childEnv makes the test binary run the program itself (TestInterrupt
@@ -189,7 +189,7 @@ func TestDemoCancel(t *testing.T) {
 		assert.Less(t, rs[0].Booked, c.Seats)
 		assert.Empty(t, rs[0].Leftover)
 		rdb := b.Client(t)
-		k := lua.KeysFor(rs[0].Lock)
+		k := wire.KeysFor(rs[0].Lock)
 		n, err := rdb.Exists(context.Background(), k.Name, k.Queue, k.Timeouts).Result()
 		require.NoError(t, err)
 		if !assert.Zero(t, n, "lock keys after an interrupted run") {
@@ -277,8 +277,8 @@ func state(t *testing.T, b *redistest.Backend, name string) (holder string, wait
 	slotMs = 300_000
 	rdb := b.Client(t)
 	for i := 1; i <= 2; i++ {
-		w := lua.Owner("0b9a8c7d-1e2f-4a3b-8c5d-6e7f8a9b0c1d", int64(i))
-		ok, _, err := lua.Default.FairTryLockWait(ctx, rdb, lua.KeysFor(name), lua.Args{
+		w := wire.Owner("0b9a8c7d-1e2f-4a3b-8c5d-6e7f8a9b0c1d", int64(i))
+		ok, _, err := wire.Default().FairTryLockWait(ctx, rdb, wire.KeysFor(name), wire.Args{
 			Owner: w, LeaseMs: 30_000, WaitMs: slotMs, NowMs: time.Now().UnixMilli(), GraceMs: 5000})
 		require.NoError(t, err)
 		require.False(t, ok)
@@ -381,32 +381,32 @@ func (r *recorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 func TestInspectInconsistencies(t *testing.T) {
 	cases := []struct {
 		name   string
-		break_ func(ctx context.Context, rdb *redis.Client, k lua.Keys, waiters []string)
+		break_ func(ctx context.Context, rdb *redis.Client, k wire.Keys, waiters []string)
 		codes  []string // expected problem codes
 		exit   int
 	}{
-		{"timeouts deleted", func(ctx context.Context, rdb *redis.Client, k lua.Keys, _ []string) {
+		{"timeouts deleted", func(ctx context.Context, rdb *redis.Client, k wire.Keys, _ []string) {
 			rdb.Del(ctx, k.Timeouts)
 		}, []string{"head-no-deadline", "no-deadline"}, 3},
-		{"deadline of nobody queued", func(ctx context.Context, rdb *redis.Client, k lua.Keys, _ []string) {
+		{"deadline of nobody queued", func(ctx context.Context, rdb *redis.Client, k wire.Keys, _ []string) {
 			rdb.ZAdd(ctx, k.Timeouts, redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "ghost:1"})
 		}, []string{"deadline-not-queued"}, 3},
-		{"duplicate", func(ctx context.Context, rdb *redis.Client, k lua.Keys, w []string) {
+		{"duplicate", func(ctx context.Context, rdb *redis.Client, k wire.Keys, w []string) {
 			rdb.RPush(ctx, k.Queue, w[0])
 		}, []string{"duplicate", "deadline-order"}, 3},
-		{"stale head", func(ctx context.Context, rdb *redis.Client, k lua.Keys, w []string) {
+		{"stale head", func(ctx context.Context, rdb *redis.Client, k wire.Keys, w []string) {
 			rdb.ZAdd(ctx, k.Timeouts, redis.Z{Score: float64(time.Now().Add(-time.Minute).UnixMilli()), Member: w[0]})
 		}, []string{"stale-head"}, 0},
-		{"deadlines decrease", func(ctx context.Context, rdb *redis.Client, k lua.Keys, w []string) {
+		{"deadlines decrease", func(ctx context.Context, rdb *redis.Client, k wire.Keys, w []string) {
 			rdb.ZAdd(ctx, k.Timeouts, redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: w[1]})
 		}, []string{"deadline-order"}, 3},
-		{"free lock with a queue", func(ctx context.Context, rdb *redis.Client, k lua.Keys, _ []string) {
+		{"free lock with a queue", func(ctx context.Context, rdb *redis.Client, k wire.Keys, _ []string) {
 			rdb.Del(ctx, k.Name)
 		}, []string{"free-with-queue"}, 0},
-		{"two holders", func(ctx context.Context, rdb *redis.Client, k lua.Keys, _ []string) {
+		{"two holders", func(ctx context.Context, rdb *redis.Client, k wire.Keys, _ []string) {
 			rdb.HSet(ctx, k.Name, "other:1", 1)
 		}, []string{"many-holders"}, 3},
-		{"queue of the wrong type", func(ctx context.Context, rdb *redis.Client, k lua.Keys, _ []string) {
+		{"queue of the wrong type", func(ctx context.Context, rdb *redis.Client, k wire.Keys, _ []string) {
 			rdb.Del(ctx, k.Queue)
 			rdb.Set(ctx, k.Queue, "x", 0)
 		}, []string{"wrong-type"}, 3},
@@ -418,7 +418,7 @@ func TestInspectInconsistencies(t *testing.T) {
 				_, waiters, _ := state(t, b, name)
 				rdb := b.Client(t)
 				ctx := testCtx(t)
-				k := lua.KeysFor(name)
+				k := wire.KeysFor(name)
 				t.Cleanup(func() { rdb.Del(context.Background(), k.Name, k.Queue, k.Timeouts) })
 				tc.break_(ctx, rdb, k, waiters)
 				var out, errb bytes.Buffer
@@ -458,8 +458,8 @@ func TestInspectScalable(t *testing.T) {
 		var waiters []string
 		const slot = 120_000
 		for i := 1; i <= 3; i++ {
-			w := lua.Owner("5ca1ab1e-0000-4000-8000-000000000000", int64(i))
-			ok, _, err := lua.ScalableDefault.TryLockWait(ctx, rdb, lua.KeysFor(name), lua.Args{
+			w := wire.Owner("5ca1ab1e-0000-4000-8000-000000000000", int64(i))
+			ok, _, err := wire.ScalableDefault().TryLockWait(ctx, rdb, wire.KeysFor(name), wire.Args{
 				Owner: w, LeaseMs: 30_000, WaitMs: slot, NowMs: time.Now().UnixMilli(), GraceMs: 5000})
 			require.NoError(t, err)
 			require.False(t, ok)

@@ -12,7 +12,7 @@ import (
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Every key and channel of a lock hashes to one slot, by core.Slot and by
@@ -26,9 +26,9 @@ func TestKeysOfALockShareASlot(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		names = append(names, "lock-"+strconv.Itoa(i))
 	}
-	owner := lua.Owner("0b2c8a4e-3e0e-4c8e-9b7a-1d2f3a4b5c6d", 7)
+	owner := wire.Owner("0b2c8a4e-3e0e-4c8e-9b7a-1d2f3a4b5c6d", 7)
 	for _, name := range names {
-		k := lua.KeysFor(name)
+		k := wire.KeysFor(name)
 		want := core.Slot(name)
 		for _, key := range []string{k.Name, k.Channel, k.Queue, k.Timeouts, k.Latch(core.RequestID()), k.WaiterChannel(owner), k.ScalableQueue()} {
 			if got := core.Slot(key); got != want {

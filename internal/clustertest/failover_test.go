@@ -15,7 +15,7 @@ import (
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // failoverScene is what a failover test measures: a fair lock with a
@@ -96,7 +96,7 @@ func (s *failoverScene) record(to *[]error, err error) {
 
 // survived reports what of the lock the new primary has.
 func survived(ctx context.Context, rdb redis.Cmdable, s *failoverScene) string {
-	k := lua.KeysFor(s.name)
+	k := wire.KeysFor(s.name)
 	held, _ := rdb.HExists(ctx, k.Name, s.holder.Owner()).Result()
 	queued, _ := rdb.LLen(ctx, k.Queue).Result()
 	return fmt.Sprintf("holder's hold present: %v, waiters queued: %d", held, queued)
@@ -238,7 +238,7 @@ func TestSentinelFailover(t *testing.T) {
 		if !errors.Is(err, fairlock.ErrNoReplicaAck) {
 			t.Fatalf("Lock with the replica paused: %v, want ErrNoReplicaAck", err)
 		}
-		k := lua.KeysFor(m.Name())
+		k := wire.KeysFor(m.Name())
 		n, err := rdb.Exists(ctx, k.Name, k.Queue, k.Timeouts).Result()
 		if err != nil {
 			t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 func newClient(t testing.TB, rdb redis.UniversalClient, opts ...fairlock.Option) *fairlock.Client {
@@ -80,7 +80,7 @@ func minLen(m map[string][]string) int {
 // waitQueued polls until owner is in the fair lock's queue.
 func waitQueued(ctx context.Context, t testing.TB, rdb redis.Cmdable, name, owner string) {
 	t.Helper()
-	q := lua.KeysFor(name).Queue
+	q := wire.KeysFor(name).Queue
 	for {
 		_, err := rdb.LPos(ctx, q, owner, redis.LPosArgs{}).Result()
 		if err == nil {

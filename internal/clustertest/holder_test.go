@@ -10,7 +10,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/reentrant"
 )
 
@@ -222,7 +222,7 @@ func TestForceUnlockDuringReplicaWaitIsSeen(t *testing.T) {
 	if err := rdb.Del(ctx, name).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.Publish(ctx, lua.KeysFor(name).Channel, lua.UnlockMessage).Err(); err != nil {
+	if err := rdb.Publish(ctx, wire.KeysFor(name).Channel, wire.UnlockMessage).Err(); err != nil {
 		t.Fatal(err)
 	}
 	select {

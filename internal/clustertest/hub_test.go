@@ -12,7 +12,7 @@ import (
 	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/internal/pubsub"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // The hub's view of the cluster is stale (a slot moved after it loaded the
@@ -27,7 +27,7 @@ func TestHubFollowsMoved(t *testing.T) {
 	h := pubsub.New(cc, 30*time.Second, pubsub.Sharded(true, core.Slot))
 	defer h.Close()
 	name := redistest.Prefix(t) + "moved"
-	ch := lua.KeysFor(name).Channel
+	ch := wire.KeysFor(name).Channel
 	slot := core.Slot(ch)
 	// Load the slot map, and a connection to every primary.
 	if err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() }); err != nil {
@@ -67,7 +67,7 @@ func TestHubFollowsMoved(t *testing.T) {
 	if n := h.Conns(); n != 2 {
 		t.Errorf("hub holds %d connections, want 2 (the refused one and the new primary's)", n)
 	}
-	if err := retryUntil(ctx, func() error { return cc.SPublish(ctx, ch, lua.UnlockMessage).Err() }); err != nil {
+	if err := retryUntil(ctx, func() error { return cc.SPublish(ctx, ch, wire.UnlockMessage).Err() }); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -134,7 +134,7 @@ func TestShardedByDefaultOnCluster(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- w.Lock(ctx) }()
 			waitQueued(ctx, t, cc, name, w.Owner())
-			ch := lua.KeysFor(name).WaiterChannel(w.Owner())
+			ch := wire.KeysFor(name).WaiterChannel(w.Owner())
 			primary, err := cc.MasterForKey(ctx, ch)
 			if err != nil {
 				t.Fatal(err)

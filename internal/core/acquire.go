@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fairlock-go/fairlock/internal/pubsub"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Acquire acquires the lock as o says. It reports false with a nil error when
@@ -103,7 +103,7 @@ type acquisition struct {
 	ctx      context.Context
 	closing  <-chan struct{}
 	o        AcquireOpts
-	a        lua.Args
+	a        wire.Args
 	deadline time.Time // zero: wait until ctx ends
 
 	// suspect: an attempt may have left a copy of the request that reaches
@@ -125,7 +125,7 @@ func (m *Mutex) newAcquisition(ctx context.Context, o AcquireOpts) *acquisition 
 	q := &acquisition{
 		m: m, ctx: ctx, o: o,
 		closing: m.S.closeCtx.Done(),
-		a: lua.Args{
+		a: wire.Args{
 			Owner:     m.Owner,
 			WaitMs:    cfg.WaitSlot.Milliseconds(),
 			GraceMs:   m.S.GraceMs(),
@@ -215,7 +215,7 @@ func (q *acquisition) attempt() (bool, int64, error) {
 	if err != nil && !isScriptError(err) {
 		m.S.connError()
 	}
-	if errors.Is(err, lua.ErrGrantOver) {
+	if errors.Is(err, wire.ErrGrantOver) {
 		// An earlier copy of this request was granted and that hold is
 		// already over: nothing to undo; go on with a new id.
 		q.newRequest()

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Config holds a session's settings. Zero fields take the defaults.
@@ -22,13 +22,13 @@ type Config struct {
 
 	// Set only by tests, through the options below, when the client is
 	// made; never changed on a live session.
-	Scripts   *lua.Scripts // the scripts the locks run; default lua.Default
+	Scripts   *wire.Scripts // the scripts the locks run; default wire.Default()
 	WallClock func() int64 // the wall clock in Unix ms the fair scripts read ("now"); default time.Now
 }
 
 // WithScripts makes a client run scripts (a test's deliberately broken
-// variant, lua.Edit). It is a client option: pass it to fairlock.NewClient.
-func WithScripts(scripts *lua.Scripts) func(*Config) {
+// variant, wire.Edit). It is a client option: pass it to fairlock.NewClient.
+func WithScripts(scripts *wire.Scripts) func(*Config) {
 	return func(c *Config) { c.Scripts = scripts }
 }
 
@@ -65,7 +65,7 @@ func (c *Config) fill() error {
 		c.RenewBatch = 100
 	}
 	if c.Scripts == nil {
-		c.Scripts = lua.Default
+		c.Scripts = wire.Default()
 	}
 	if c.WallClock == nil {
 		c.WallClock = func() int64 { return time.Now().UnixMilli() }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // granted records an acquisition sent at sent: the first starts a hold
@@ -91,11 +91,11 @@ func (m *Mutex) giveBackLocked(leaseMs int64, from time.Time) {
 		for ; n < most; n++ {
 			a.NowMs = m.S.WallMs()
 			ua := a
-			res, err := call(ctx, func(ctx context.Context) (lua.UnlockResult, error) { return m.E.Unlock(ctx, ua) })
+			res, err := call(ctx, func(ctx context.Context) (wire.UnlockResult, error) { return m.E.Unlock(ctx, ua) })
 			if err != nil && !permanent(err) {
 				return err // sent again with the same request id: its latch makes it count once
 			}
-			if err != nil || res != lua.StillHeld {
+			if err != nil || res != wire.StillHeld {
 				return nil
 			}
 			a.RequestID = RequestID()

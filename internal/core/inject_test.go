@@ -4,11 +4,13 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/fairlock-go/fairlock/lua" // the script sources
+
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock-go/fairlock/internal/core"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // What a test injects when it makes a client is what the client uses: the
@@ -18,7 +20,7 @@ func TestInjectedClockAndScripts(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
 	defer rdb.Close()
 	var clock core.SkewedClock
-	scripts := lua.Edit(nil)
+	scripts := wire.Edit(nil)
 	cfg := core.Config{}
 	core.WithWallClock(clock.UnixMilli)(&cfg)
 	core.WithScripts(scripts)(&cfg)
@@ -42,7 +44,7 @@ func TestInjectedClockAndScripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plain.Close()
-	if plain.Scripts() != lua.Default {
-		t.Error("a client made without scripts does not run lua.Default")
+	if plain.Scripts() != wire.Default() {
+		t.Error("a client made without scripts does not run wire.Default()")
 	}
 }

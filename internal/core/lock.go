@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // LockConfig is what the options of a lock's New set (fairlock.LockOption).
@@ -16,7 +16,7 @@ type LockConfig struct {
 }
 
 // EngineMaker builds a lock's engine once its keys and options are known.
-type EngineMaker func(s *Session, k lua.Keys, cfg LockConfig) (Engine, error)
+type EngineMaker func(s *Session, k wire.Keys, cfg LockConfig) (Engine, error)
 
 var wrapPlain, wrapFenced func(*Mutex) any
 
@@ -42,7 +42,7 @@ func NewLock[H any, O ~func(*LockConfig)](client any, name string, opts []O, e E
 		return zero, nil, cfg, fmt.Errorf("%w: wait slot %v (must be at least 1ms)", ErrInvalidValue, cfg.Slot)
 	}
 	s := Of(client)
-	m, err := NewMutex(s, func(lua.Keys) Engine { return nil }, name, cfg.ThreadID)
+	m, err := NewMutex(s, func(wire.Keys) Engine { return nil }, name, cfg.ThreadID)
 	if err != nil {
 		return zero, nil, cfg, err
 	}

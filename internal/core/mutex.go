@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fairlock-go/fairlock/internal/watchdog"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Engine is what differs between the reentrant and the fair lock: which
@@ -17,11 +17,11 @@ type Engine interface {
 	// fair lock); ttlMs then says how long to wait before the next attempt.
 	// When acquired, ttlMs carries the acquisition's fencing token instead
 	// (0 for an engine without tokens); see AcquireOpts.Token.
-	Try(ctx context.Context, a lua.Args, queue bool) (acquired bool, ttlMs int64, err error)
+	Try(ctx context.Context, a wire.Args, queue bool) (acquired bool, ttlMs int64, err error)
 	// GiveUp leaves the wait queue after attempts made with queue set.
-	GiveUp(ctx context.Context, a lua.Args) error
-	Unlock(ctx context.Context, a lua.Args) (lua.UnlockResult, error)
-	ForceUnlock(ctx context.Context, a lua.Args) (bool, error)
+	GiveUp(ctx context.Context, a wire.Args) error
+	Unlock(ctx context.Context, a wire.Args) (wire.UnlockResult, error)
+	ForceUnlock(ctx context.Context, a wire.Args) (bool, error)
 	// WakeChannel is the channel on which the owner is woken.
 	WakeChannel(owner string) string
 }
@@ -31,7 +31,7 @@ type Engine interface {
 type Mutex struct {
 	S     *Session
 	E     Engine
-	Keys  lua.Keys
+	Keys  wire.Keys
 	Owner string
 	// ThreadID is the thread part of Owner.
 	ThreadID int64
@@ -83,11 +83,11 @@ func validity(sent time.Time, leaseMs int64) time.Time {
 
 // NewMutex validates name and builds a handle with a fresh owner id, or
 // with threadID when it is positive.
-func NewMutex(s *Session, e func(lua.Keys) Engine, name string, threadID int64) (*Mutex, error) {
+func NewMutex(s *Session, e func(wire.Keys) Engine, name string, threadID int64) (*Mutex, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidValue)
 	}
-	if err := lua.ValidateName(name); err != nil {
+	if err := wire.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("fairlock: %w", err)
 	}
 	if threadID < 0 {
@@ -96,8 +96,8 @@ func NewMutex(s *Session, e func(lua.Keys) Engine, name string, threadID int64) 
 	if threadID == 0 {
 		threadID = s.NewThreadID()
 	}
-	k := lua.KeysFor(name)
-	return &Mutex{S: s, E: e(k), Keys: k, Owner: lua.Owner(s.ID, threadID), ThreadID: threadID}, nil
+	k := wire.KeysFor(name)
+	return &Mutex{S: s, E: e(k), Keys: k, Owner: wire.Owner(s.ID, threadID), ThreadID: threadID}, nil
 }
 
 // Forever, as AcquireOpts.Wait, waits until the lock is acquired or ctx ends.
@@ -202,7 +202,7 @@ func (m *Mutex) bound(sent time.Time, leaseMs int64) {
 // owner may be queued, it leaves the queue. What cannot be done now (Redis
 // unreachable) is retried in the background until it is done, or until the
 // waiter's slot has run out and it would be pruned anyway.
-func (m *Mutex) cleanup(ctx context.Context, a lua.Args, queued, suspect bool, slot time.Duration) {
+func (m *Mutex) cleanup(ctx context.Context, a wire.Args, queued, suspect bool, slot time.Duration) {
 	if !queued && !suspect {
 		return
 	}
@@ -230,7 +230,7 @@ func (m *Mutex) cleanup(ctx context.Context, a lua.Args, queued, suspect bool, s
 		if needUnlock {
 			unlockArgs.NowMs = m.S.WallMs()
 			ua := unlockArgs
-			if _, err := call(ctx, func(ctx context.Context) (lua.UnlockResult, error) {
+			if _, err := call(ctx, func(ctx context.Context) (wire.UnlockResult, error) {
 				return m.E.Unlock(ctx, ua)
 			}); err != nil && !permanent(err) {
 				return err
@@ -288,10 +288,10 @@ const ctxEndSlack = 25 * time.Millisecond
 
 // undo gives back a hold the request a took (it holds the lock now, or may):
 // the request is voided and one hold released, bounded by CleanupTime.
-func (m *Mutex) undo(a lua.Args) { m.cleanup(nil, a, false, true, 0) }
+func (m *Mutex) undo(a wire.Args) { m.cleanup(nil, a, false, true, 0) }
 
-func (m *Mutex) unlockArgs(leaseMs int64) lua.Args {
-	return lua.Args{
+func (m *Mutex) unlockArgs(leaseMs int64) wire.Args {
+	return wire.Args{
 		Owner: m.Owner, LeaseMs: leaseMs, RequestID: RequestID(),
 		LatchMs: m.S.Config.LatchTTL.Milliseconds(), GraceMs: m.S.GraceMs(), PubCmd: m.S.PubCmd(),
 	}

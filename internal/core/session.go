@@ -19,7 +19,7 @@ import (
 
 	"github.com/fairlock-go/fairlock/internal/pubsub"
 	"github.com/fairlock-go/fairlock/internal/watchdog"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Errors shared by every lock. Packages fairlock, reentrant and fair export
@@ -29,7 +29,7 @@ var (
 	ErrCanceled     = errors.New("fairlock: lock wait ended by its context")
 	ErrLost         = errors.New("fairlock: lock lost")
 	ErrClosed       = errors.New("fairlock: client closed")
-	ErrInvalidName  = lua.ErrInvalidName
+	ErrInvalidName  = wire.ErrInvalidName
 	ErrInvalidValue = errors.New("fairlock: invalid argument")
 )
 
@@ -70,7 +70,7 @@ type Session struct {
 func (s *Session) WallMs() int64 { return s.Config.WallClock() }
 
 // Scripts is the set of scripts the client's locks run.
-func (s *Session) Scripts() *lua.Scripts { return s.Config.Scripts }
+func (s *Session) Scripts() *wire.Scripts { return s.Config.Scripts }
 
 // NewSession starts a session over rdb: the watchdog goroutine starts now,
 // the pub/sub connection at the first wait.
@@ -99,10 +99,10 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 		slot = Slot
 	}
 	leaseMs := cfg.Lease.Milliseconds()
-	s.Watchdog = watchdog.New(s.renewFunc(func(ctx context.Context, names, owners []string) ([]lua.RenewStatus, error) {
+	s.Watchdog = watchdog.New(s.renewFunc(func(ctx context.Context, names, owners []string) ([]wire.RenewStatus, error) {
 		return s.Scripts().RenewEach(ctx, s.RDB, names, owners, leaseMs)
 	}), slot, cfg.Lease, cfg.RenewBatch)
-	s.Watchdog.SetRenew(KindRW, s.renewFunc(func(ctx context.Context, names, owners []string) ([]lua.RenewStatus, error) {
+	s.Watchdog.SetRenew(KindRW, s.renewFunc(func(ctx context.Context, names, owners []string) ([]wire.RenewStatus, error) {
 		return s.Scripts().RWRenewEach(ctx, s.RDB, names, owners, leaseMs)
 	}))
 	return s, nil
@@ -112,9 +112,9 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 const KindRW watchdog.Kind = 1
 
 // renewFunc adapts a renewal script call to the watchdog.
-func (s *Session) renewFunc(f func(ctx context.Context, names, owners []string) ([]lua.RenewStatus, error)) watchdog.RenewFunc {
+func (s *Session) renewFunc(f func(ctx context.Context, names, owners []string) ([]wire.RenewStatus, error)) watchdog.RenewFunc {
 	return func(ctx context.Context, names, owners []string) ([]watchdog.Status, error) {
-		st, err := call(ctx, func(ctx context.Context) ([]lua.RenewStatus, error) { return f(ctx, names, owners) })
+		st, err := call(ctx, func(ctx context.Context) ([]wire.RenewStatus, error) { return f(ctx, names, owners) })
 		if err != nil {
 			if !isScriptError(err) {
 				s.connError()
@@ -124,9 +124,9 @@ func (s *Session) renewFunc(f func(ctx context.Context, names, owners []string) 
 		out := make([]watchdog.Status, len(st))
 		for i, r := range st {
 			switch r {
-			case lua.RenewOK:
+			case wire.RenewOK:
 				out[i] = watchdog.Renewed
-			case lua.RenewGone:
+			case wire.RenewGone:
 				out[i] = watchdog.Gone
 			default:
 				out[i] = watchdog.Broken
@@ -142,9 +142,9 @@ func (s *Session) NewThreadID() int64 { return s.nextThread.Add(1) }
 // PubCmd is the publish command the scripts are told to use.
 func (s *Session) PubCmd() string {
 	if s.Hub.Sharded() {
-		return lua.SPublish
+		return wire.SPublish
 	}
-	return lua.Publish
+	return wire.Publish
 }
 
 // GraceMs is the head grace in milliseconds, 0 when off.
@@ -460,5 +460,5 @@ func (s *Session) reassert(ctx context.Context, kind watchdog.Kind, name, owner 
 	if err != nil {
 		return false, err
 	}
-	return len(st) == 1 && st[0] == lua.RenewOK, nil
+	return len(st) == 1 && st[0] == wire.RenewOK, nil
 }

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -17,7 +17,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if ctx == nil {
 		return false, errNilCtx
 	}
-	a := lua.Args{NowMs: m.S.WallMs(), GraceMs: m.S.GraceMs(), PubCmd: m.S.PubCmd()}
+	a := wire.Args{NowMs: m.S.WallMs(), GraceMs: m.S.GraceMs(), PubCmd: m.S.PubCmd()}
 	ok, err := call(ctx, func(ctx context.Context) (bool, error) { return m.E.ForceUnlock(ctx, a) })
 	if err != nil {
 		return false, fmt.Errorf("fairlock: force unlock %q: %w", m.Keys.Name, err)

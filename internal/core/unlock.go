@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,13 +43,13 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	a := m.unlockArgs(leaseMs)
-	var res lua.UnlockResult
+	var res wire.UnlockResult
 	var err error
 	fresh := false
 	for try := 0; try < unlockRetries; try++ {
 		a.NowMs = m.S.WallMs()
 		args := a // the call may outlive this try: it gets its own copy
-		res, err = callC(ctx, m.S.inline(ctx), nil, func(ctx context.Context) (lua.UnlockResult, error) { return m.E.Unlock(ctx, args) })
+		res, err = callC(ctx, m.S.inline(ctx), nil, func(ctx context.Context) (wire.UnlockResult, error) { return m.E.Unlock(ctx, args) })
 		if isTryAgain(err) && ctx.Err() == nil {
 			// A slot migration: nothing ran. Wait for it, within ctx.
 			try--
@@ -78,14 +78,14 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		return fmt.Errorf("fairlock: unlock %q: %w", m.Keys.Name, err)
 	}
 	switch res {
-	case lua.StillHeld:
+	case wire.StillHeld:
 		m.mu.Lock()
 		if m.holds > 1 {
 			m.holds--
 		}
 		m.mu.Unlock()
 		return nil
-	case lua.Released:
+	case wire.Released:
 		m.released(h)
 		return nil
 	}
@@ -135,8 +135,8 @@ func (m *Mutex) closeHold(ctx context.Context) {
 	for range max(n, 1) {
 		a := m.unlockArgs(leaseMs)
 		a.NowMs = m.S.WallMs()
-		res, err := call(ctx, func(ctx context.Context) (lua.UnlockResult, error) { return m.E.Unlock(ctx, a) })
-		if err != nil || res != lua.StillHeld {
+		res, err := call(ctx, func(ctx context.Context) (wire.UnlockResult, error) { return m.E.Unlock(ctx, a) })
+		if err != nil || res != wire.StillHeld {
 			return
 		}
 	}

@@ -21,7 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Severity of a problem.
@@ -133,10 +133,10 @@ func Read(ctx context.Context, rdb redis.Cmdable, name string) (*State, error) {
 // reader's clock (deadlines are client-clock instants). It sends only read
 // commands, in one MULTI/EXEC.
 func ReadAt(ctx context.Context, rdb redis.Cmdable, name string, now time.Time) (*State, error) {
-	if err := lua.ValidateName(name); err != nil {
+	if err := wire.ValidateName(name); err != nil {
 		return nil, err
 	}
-	k := lua.KeysFor(name)
+	k := wire.KeysFor(name)
 	s := &State{Name: name, NowMs: now.UnixMilli(), Holders: []Holder{}, Queue: []Waiter{},
 		Unqueued: []Waiter{}, Problems: []Problem{},
 		Keys: Keys{Lock: k.Name, Queue: k.Queue, Timeouts: k.Timeouts, ScalableQueue: k.ScalableQueue(),

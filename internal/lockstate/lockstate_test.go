@@ -6,13 +6,15 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/fairlock-go/fairlock/lua" // the script sources
+
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock-go/fairlock/internal/lockstate"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/model"
 )
 
@@ -26,10 +28,10 @@ func testCtx(t *testing.T) context.Context {
 
 // queueUp runs set's waiting script once per owner, as Lock's first attempt:
 // the first takes the free lock, the others queue with a slot of slotMs.
-func queueUp(t *testing.T, rdb *redis.Client, set lua.FairSet, name string, slotMs int64, owners ...string) {
+func queueUp(t *testing.T, rdb *redis.Client, set wire.FairSet, name string, slotMs int64, owners ...string) {
 	t.Helper()
 	for i, o := range owners {
-		ok, _, err := set.TryLockWait(testCtx(t), rdb, lua.KeysFor(name), lua.Args{
+		ok, _, err := set.TryLockWait(testCtx(t), rdb, wire.KeysFor(name), wire.Args{
 			Owner: o, LeaseMs: 30_000, WaitMs: slotMs, NowMs: time.Now().UnixMilli(), GraceMs: 5000})
 		require.NoError(t, err)
 		require.Equal(t, i == 0, ok, "%s", o)
@@ -61,8 +63,8 @@ func TestFreeLock(t *testing.T) {
 func TestBothEngines(t *testing.T) {
 	engines := []struct {
 		name string
-		set  lua.FairSet
-	}{{lockstate.Redisson, lua.Default.Fair()}, {lockstate.Scalable, lua.ScalableDefault.Fair()}}
+		set  wire.FairSet
+	}{{lockstate.Redisson, wire.Default().Fair()}, {lockstate.Scalable, wire.ScalableDefault().Fair()}}
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -95,10 +97,10 @@ func TestBothEngines(t *testing.T) {
 				assert.EqualValues(t, 1, s.Token)
 				assert.Empty(t, s.Problems)
 				assert.True(t, s.OK)
-				assert.Equal(t, lua.KeysFor(name).Grace(), s.Keys.Grace)
+				assert.Equal(t, wire.KeysFor(name).Grace(), s.Keys.Grace)
 
 				// The holder leaves: the head gets the grace.
-				_, err = e.set.Unlock(testCtx(t), rdb, lua.KeysFor(name), lua.Args{Owner: "h:1", LeaseMs: 30_000,
+				_, err = e.set.Unlock(testCtx(t), rdb, wire.KeysFor(name), wire.Args{Owner: "h:1", LeaseMs: 30_000,
 					NowMs: time.Now().UnixMilli(), RequestID: "r1", LatchMs: 1000, GraceMs: 5000})
 				require.NoError(t, err)
 				s, err = lockstate.Read(testCtx(t), rdb, name)
@@ -121,8 +123,8 @@ func TestProblems(t *testing.T) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
 		name := redistest.Prefix(t) + "seats"
-		k := lua.KeysFor(name)
-		queueUp(t, rdb, lua.Default.Fair(), name, 60_000, "h:1", "w:1")
+		k := wire.KeysFor(name)
+		queueUp(t, rdb, wire.Default().Fair(), name, 60_000, "h:1", "w:1")
 		require.NoError(t, rdb.HSet(ctx, k.Name, "other:1", "x").Err())
 		require.NoError(t, rdb.ZAdd(ctx, k.Timeouts, redis.Z{Score: 1, Member: "ghost:1"}).Err())
 		require.NoError(t, rdb.Set(ctx, k.Token(), "not a number", 0).Err())
@@ -146,6 +148,6 @@ func TestProblems(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, s.Has("wrong-type"))
 		_, err = lockstate.Read(ctx, rdb, "a{b")
-		assert.ErrorIs(t, err, lua.ErrInvalidName)
+		assert.ErrorIs(t, err, wire.ErrInvalidName)
 	})
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // arrivalHook watches one go-redis client for the first lock attempt of
@@ -23,13 +23,13 @@ type arrivalHook struct {
 	pending map[string]func(acquired bool)
 }
 
-func newArrivalHook(kind string, scripts *lua.Scripts) *arrivalHook {
-	file := lua.FileAcquire
+func newArrivalHook(kind string, scripts *wire.Scripts) *arrivalHook {
+	file := wire.FileAcquire
 	if kind == Fair {
-		file = lua.FileFairTryLockWait
+		file = wire.FileFairTryLockWait
 	}
 	if scripts == nil {
-		scripts = lua.Default
+		scripts = wire.Default()
 	}
 	return &arrivalHook{sha: scripts.Script(file).Hash(), pending: map[string]func(bool){}}
 }

@@ -33,7 +33,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock-go/fairlock"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Lock kinds.
@@ -59,10 +59,10 @@ type Config struct {
 	Keep bool
 	// Options configure every fairlock.Client of the run.
 	Options []fairlock.Option
-	// Scripts are the lock scripts the clients run; nil: lua.Default.
+	// Scripts are the lock scripts the clients run; nil: wire.Default().
 	// Tests pass deliberately broken sets to show that the demo's checks
 	// catch a lock that is not fair.
-	Scripts *lua.Scripts
+	Scripts *wire.Scripts
 	// Progress receives a line per kind every ProgressEvery (default
 	// 250ms) and at the end; nil: none.
 	Progress      io.Writer

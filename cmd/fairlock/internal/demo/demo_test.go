@@ -13,7 +13,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 func TestMain(m *testing.M) { os.Exit(redistest.MainLeakCheck(m)) }
@@ -24,8 +24,8 @@ func TestMain(m *testing.M) { os.Exit(redistest.MainLeakCheck(m)) }
 // turn, and queue reads that are not in arrival order.
 func TestChecksCatchAnUnfairQueue(t *testing.T) {
 	const good = "redis.call('rpush', queue, owner)"
-	broken := lua.Edit(func(file, src string) string {
-		if file == lua.FileFairTryLockWait {
+	broken := wire.Edit(func(file, src string) string {
+		if file == wire.FileFairTryLockWait {
 			require.Contains(t, src, good)
 			return strings.Replace(src, good, "redis.call('lpush', queue, owner)", 1)
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/core"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/reentrant"
 )
 
@@ -23,7 +23,7 @@ import (
 type run struct {
 	c        Config
 	kind     string
-	keys     lua.Keys
+	keys     wire.Keys
 	next     string // counter: seats booked so far
 	bookings string // hash: seat -> who
 	observer *redis.Client
@@ -59,7 +59,7 @@ type contender struct {
 func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 	name := c.Prefix + kind
 	r := &run{
-		c: c, kind: kind, keys: lua.KeysFor(name),
+		c: c, kind: kind, keys: wire.KeysFor(name),
 		next: c.Prefix + kind + ":next", bookings: BookingsKey(c.Prefix, kind),
 		observer: redis.NewClient(c.Redis),
 		gate:     make(chan struct{}, 1),

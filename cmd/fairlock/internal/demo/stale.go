@@ -15,7 +15,7 @@ import (
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/fence"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // The stale-writer demonstration (cmd/fairlock demo --stale-writer): a
@@ -233,7 +233,7 @@ func finishStale(ctx context.Context, rdb *redis.Client, res *StaleResult, keep 
 	if !keep {
 		fk, _ := fence.Key(res.Seat)
 		// The lock's token counter too: the demo's namespace is its own.
-		_ = rdb.Del(context.WithoutCancel(ctx), res.Seat, fk, lua.KeysFor(res.Lock).Token()).Err()
+		_ = rdb.Del(context.WithoutCancel(ctx), res.Seat, fk, wire.KeysFor(res.Lock).Token()).Err()
 	}
 	return nil
 }

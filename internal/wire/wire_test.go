@@ -1,4 +1,4 @@
-package lua_test
+package wire_test
 
 import (
 	"context"
@@ -7,13 +7,15 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/fairlock-go/fairlock/lua" // the script sources
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/fairlock-go/fairlock/lua"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
@@ -21,14 +23,14 @@ func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
 func TestEveryScriptLoads(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		rdb := b.Client(t)
-		for _, f := range lua.Files {
-			sc := lua.Default.Script(f)
+		for _, f := range wire.Files {
+			sc := wire.Default().Script(f)
 			sha, err := sc.Load(context.Background(), rdb).Result()
 			require.NoError(t, err, f)
 			assert.Equal(t, sc.Hash(), sha, f)
 		}
-		for _, f := range lua.ScalableFiles {
-			sc := lua.ScalableDefault.Script(f)
+		for _, f := range wire.ScalableFiles {
+			sc := wire.ScalableDefault().Script(f)
 			sha, err := sc.Load(context.Background(), rdb).Result()
 			require.NoError(t, err, f)
 			assert.Equal(t, sc.Hash(), sha, f)
@@ -38,16 +40,16 @@ func TestEveryScriptLoads(t *testing.T) {
 
 func TestValidateName(t *testing.T) {
 	for _, ok := range []string{"a", "orders", "{order}:seat", "x{tag}y", "}a{b}"} {
-		assert.NoError(t, lua.ValidateName(ok), ok)
+		assert.NoError(t, wire.ValidateName(ok), ok)
 	}
 	for _, bad := range []string{"", "a{b", "a{}b", "a}b", "{"} {
-		err := lua.ValidateName(bad)
-		assert.True(t, errors.Is(err, lua.ErrInvalidName), "%q: %v", bad, err)
+		err := wire.ValidateName(bad)
+		assert.True(t, errors.Is(err, wire.ErrInvalidName), "%q: %v", bad, err)
 	}
 }
 
 func TestKeyNamesAreRedissons(t *testing.T) {
-	k := lua.KeysFor("seats")
+	k := wire.KeysFor("seats")
 	assert.Equal(t, "seats", k.Name)
 	assert.Equal(t, "redisson_lock__channel:{seats}", k.Channel)
 	assert.Equal(t, "redisson_lock_queue:{seats}", k.Queue)
@@ -55,7 +57,7 @@ func TestKeyNamesAreRedissons(t *testing.T) {
 	assert.Equal(t, "redisson_unlock_latch:{seats}:abc", k.Latch("abc"))
 	assert.Equal(t, "redisson_lock__channel:{seats}:u:7", k.WaiterChannel("u:7"))
 
-	tagged := lua.KeysFor("{t}:seats")
+	tagged := wire.KeysFor("{t}:seats")
 	assert.Equal(t, "redisson_lock_queue:{t}:seats", tagged.Queue)
 	assert.Equal(t, "redisson_lock__channel:{t}:seats", tagged.Channel)
 }
@@ -65,10 +67,10 @@ func TestReentrantScriptContract(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		rdb := b.Client(t)
-		k := lua.KeysFor(redistest.Prefix(t) + "lock")
-		s := lua.Default
-		a := lua.Args{Owner: "u:1", LeaseMs: 30000, RequestID: "r1", LatchMs: 10000}
-		other := lua.Args{Owner: "u:2", LeaseMs: 30000, RequestID: "r2", LatchMs: 10000}
+		k := wire.KeysFor(redistest.Prefix(t) + "lock")
+		s := wire.Default()
+		a := wire.Args{Owner: "u:1", LeaseMs: 30000, RequestID: "r1", LatchMs: 10000}
+		other := wire.Args{Owner: "u:2", LeaseMs: 30000, RequestID: "r2", LatchMs: 10000}
 
 		ok, _, err := s.Acquire(ctx, rdb, k, a)
 		require.NoError(t, err)
@@ -84,18 +86,18 @@ func TestReentrantScriptContract(t *testing.T) {
 
 		res, err := s.Unlock(ctx, rdb, k, other)
 		require.NoError(t, err)
-		assert.Equal(t, lua.NotHeld, res)
+		assert.Equal(t, wire.NotHeld, res)
 		res, err = s.Unlock(ctx, rdb, k, a)
 		require.NoError(t, err)
-		assert.Equal(t, lua.StillHeld, res)
+		assert.Equal(t, wire.StillHeld, res)
 		res, err = s.Unlock(ctx, rdb, k, a) // same request id: the latch answers
 		require.NoError(t, err)
-		assert.Equal(t, lua.StillHeld, res)
+		assert.Equal(t, wire.StillHeld, res)
 		assert.Equal(t, "1", rdb.HGet(ctx, k.Name, "u:1").Val())
 		a.RequestID = "r3"
 		res, err = s.Unlock(ctx, rdb, k, a)
 		require.NoError(t, err)
-		assert.Equal(t, lua.Released, res)
+		assert.Equal(t, wire.Released, res)
 		assert.Zero(t, rdb.Exists(ctx, k.Name).Val())
 
 		renewed, err := s.Renew(ctx, rdb, []string{k.Name}, []string{"u:1"}, 1000)
@@ -108,24 +110,24 @@ func TestReentrantScriptContract(t *testing.T) {
 // and a request given up with Abandon does nothing when a copy arrives late.
 // Every acquisition script of every engine keeps it.
 func TestAcquisitionLatch(t *testing.T) {
-	type acquire func(ctx context.Context, rdb *redis.Client, k lua.Keys, a lua.Args) (bool, error)
+	type acquire func(ctx context.Context, rdb *redis.Client, k wire.Keys, a wire.Args) (bool, error)
 	scripts := map[string]acquire{
-		"reentrant": func(ctx context.Context, rdb *redis.Client, k lua.Keys, a lua.Args) (bool, error) {
-			ok, _, err := lua.Default.Acquire(ctx, rdb, k, a)
+		"reentrant": func(ctx context.Context, rdb *redis.Client, k wire.Keys, a wire.Args) (bool, error) {
+			ok, _, err := wire.Default().Acquire(ctx, rdb, k, a)
 			return ok, err
 		},
-		"fair-try": func(ctx context.Context, rdb *redis.Client, k lua.Keys, a lua.Args) (bool, error) {
-			return lua.Default.FairTryLock(ctx, rdb, k, a)
+		"fair-try": func(ctx context.Context, rdb *redis.Client, k wire.Keys, a wire.Args) (bool, error) {
+			return wire.Default().FairTryLock(ctx, rdb, k, a)
 		},
-		"fair-wait": func(ctx context.Context, rdb *redis.Client, k lua.Keys, a lua.Args) (bool, error) {
-			ok, _, err := lua.Default.FairTryLockWait(ctx, rdb, k, a)
+		"fair-wait": func(ctx context.Context, rdb *redis.Client, k wire.Keys, a wire.Args) (bool, error) {
+			ok, _, err := wire.Default().FairTryLockWait(ctx, rdb, k, a)
 			return ok, err
 		},
-		"scalable-try": func(ctx context.Context, rdb *redis.Client, k lua.Keys, a lua.Args) (bool, error) {
-			return lua.ScalableDefault.TryLock(ctx, rdb, k, a)
+		"scalable-try": func(ctx context.Context, rdb *redis.Client, k wire.Keys, a wire.Args) (bool, error) {
+			return wire.ScalableDefault().TryLock(ctx, rdb, k, a)
 		},
-		"scalable-wait": func(ctx context.Context, rdb *redis.Client, k lua.Keys, a lua.Args) (bool, error) {
-			ok, _, err := lua.ScalableDefault.TryLockWait(ctx, rdb, k, a)
+		"scalable-wait": func(ctx context.Context, rdb *redis.Client, k wire.Keys, a wire.Args) (bool, error) {
+			ok, _, err := wire.ScalableDefault().TryLockWait(ctx, rdb, k, a)
 			return ok, err
 		},
 	}
@@ -134,9 +136,9 @@ func TestAcquisitionLatch(t *testing.T) {
 		rdb := b.Client(t)
 		for name, try := range scripts {
 			t.Run(name, func(t *testing.T) {
-				k := lua.KeysFor(redistest.Prefix(t) + "lock")
+				k := wire.KeysFor(redistest.Prefix(t) + "lock")
 				now := int64(1_000_000)
-				a := lua.Args{Owner: "u:1", LeaseMs: 30000, WaitMs: 60000, NowMs: now, AcquireID: "acq1", LatchMs: 10000}
+				a := wire.Args{Owner: "u:1", LeaseMs: 30000, WaitMs: 60000, NowMs: now, AcquireID: "acq1", LatchMs: 10000}
 
 				// Two copies of one request: one hold.
 				for range 2 {
@@ -154,21 +156,21 @@ func TestAcquisitionLatch(t *testing.T) {
 				assert.Equal(t, "2", rdb.HGet(ctx, k.Name, "u:1").Val())
 
 				// Abandoning a request that took a hold reports it, and a late copy is refused.
-				held, err := lua.Default.Abandon(ctx, rdb, k, a2)
+				held, err := wire.Default().Abandon(ctx, rdb, k, a2)
 				require.NoError(t, err)
 				assert.True(t, held, "abandon reports the hold the request took")
 				_, err = try(ctx, rdb, k, a2)
-				require.ErrorIs(t, err, lua.ErrAbandoned)
+				require.ErrorIs(t, err, wire.ErrAbandoned)
 				assert.Equal(t, "2", rdb.HGet(ctx, k.Name, "u:1").Val(), "an abandoned copy changes nothing")
 
 				// Another owner's abandoned request neither takes the lock nor queues.
 				require.NoError(t, rdb.Del(ctx, k.Name).Err())
-				b := lua.Args{Owner: "u:2", LeaseMs: 30000, WaitMs: 60000, NowMs: now, AcquireID: "acq3", LatchMs: 10000}
-				held, err = lua.Default.Abandon(ctx, rdb, k, b)
+				b := wire.Args{Owner: "u:2", LeaseMs: 30000, WaitMs: 60000, NowMs: now, AcquireID: "acq3", LatchMs: 10000}
+				held, err = wire.Default().Abandon(ctx, rdb, k, b)
 				require.NoError(t, err)
 				assert.False(t, held)
 				_, err = try(ctx, rdb, k, b)
-				require.ErrorIs(t, err, lua.ErrAbandoned)
+				require.ErrorIs(t, err, wire.ErrAbandoned)
 				assert.Zero(t, rdb.Exists(ctx, k.Name, k.Queue, k.Timeouts, k.ScalableQueue()).Val(), "nothing taken, nothing queued")
 				ttl := rdb.PTTL(ctx, k.AcquireLatch("acq3")).Val()
 				assert.True(t, ttl > 0 && ttl <= 10*time.Second, "the latch expires: %v", ttl)

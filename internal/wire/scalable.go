@@ -1,9 +1,10 @@
-package lua
+package wire
 
 import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -60,7 +61,7 @@ func (k Keys) ScalableQueue() string {
 // to Redis: the fair-lock body with latch_common.lua, queue_scalable.lua and
 // fair_common.lua in front of it.
 func ScalableSource(file string) string {
-	body, err := files.ReadFile(file)
+	body, err := readFile(file)
 	if err != nil || !strings.HasPrefix(file, "fair_") {
 		panic("lua: no fair-lock script " + file)
 	}
@@ -75,7 +76,7 @@ type ScalableScripts struct {
 }
 
 // ScalableDefault is the set every scalable fair lock uses.
-var ScalableDefault = EditScalable(nil)
+var ScalableDefault = sync.OnceValue(func() *ScalableScripts { return EditScalable(nil) })
 
 // EditScalable builds a set of the scalable scripts whose source is
 // edit(file, source); nil leaves them as they are.

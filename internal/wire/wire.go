@@ -1,0 +1,236 @@
+// Package wire is the Go side of the wire contract in package lua: the key
+// and channel names, and typed wrappers that are the only Go code that knows
+// each script's KEYS and ARGV order. The script sources are package lua's
+// files (lua.FS), which it hands over with Load when it is linked in.
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// files are the script sources (Load).
+var files fs.FS
+
+// Load hands over the script sources; package lua calls it when it is
+// linked in. A second call is ignored.
+func Load(fsys fs.FS) {
+	if files == nil {
+		files = fsys
+	}
+}
+
+func readFile(name string) ([]byte, error) {
+	if files == nil {
+		panic("wire: no script sources: import github.com/fairlock-go/fairlock/lua")
+	}
+	return fs.ReadFile(files, name)
+}
+
+// Message values published on lock channels, as Redisson's LockPubSub.
+const (
+	// UnlockMessage wakes one waiter.
+	UnlockMessage = "0"
+	// ReadUnlockMessage wakes every waiter (used by Redisson's write lock).
+	ReadUnlockMessage = "1"
+)
+
+// Publish commands a script can be told to use.
+const (
+	Publish  = "publish"
+	SPublish = "spublish" // sharded pub/sub, Redis 7+ cluster
+)
+
+// Key prefixes, as in Redisson.
+const (
+	channelPrefix = "redisson_lock__channel"
+	queuePrefix   = "redisson_lock_queue"
+	timeoutPrefix = "redisson_lock_timeout"
+	latchPrefix   = "redisson_unlock_latch"
+	// Not in Redisson: the acquisition latch (latch_common.lua).
+	acquireLatchPrefix = "fairlock_acquire_latch"
+)
+
+// ErrInvalidName reports a lock name that cannot be used: empty, or with
+// braces that do not form one Redis hash tag.
+var ErrInvalidName = errors.New("invalid lock name")
+
+// ValidateName checks that name can name a lock. A name may carry its own
+// hash tag ("{order}:seat"); then every key of the lock reuses that tag, as in
+// Redisson. A name with a brace that does not open a non-empty tag ("a{b",
+// "a{}b", "a}b") is rejected: its keys would hash to different cluster slots.
+func ValidateName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidName)
+	}
+	open := strings.IndexByte(name, '{')
+	if open < 0 {
+		if strings.IndexByte(name, '}') >= 0 {
+			return fmt.Errorf("%w: %q has '}' without '{'", ErrInvalidName, name)
+		}
+		return nil
+	}
+	close := strings.IndexByte(name[open+1:], '}')
+	if close < 0 {
+		return fmt.Errorf("%w: %q has an unbalanced '{'", ErrInvalidName, name)
+	}
+	if close == 0 {
+		return fmt.Errorf("%w: %q has an empty hash tag '{}'", ErrInvalidName, name)
+	}
+	return nil
+}
+
+// prefixName is Redisson's prefixName: "prefix:{name}", or "prefix:name" when
+// the name carries its own hash tag.
+func prefixName(prefix, name string) string {
+	if strings.IndexByte(name, '{') >= 0 {
+		return prefix + ":" + name
+	}
+	return prefix + ":{" + name + "}"
+}
+
+// Keys are the Redis keys and channels of one lock.
+type Keys struct {
+	Name     string // the lock hash: owner -> hold count
+	Channel  string // redisson_lock__channel:{name}; fair waiters append ":<owner>"
+	Queue    string // redisson_lock_queue:{name} (fair lock)
+	Timeouts string // redisson_lock_timeout:{name} (fair lock)
+	latch    string
+	alatch   string
+	squeue   string // the scalable engine's queue, see ScalableQueue
+	grace    string // the fair lock's head grace, see Grace
+	token    string // the fencing token counter, see Token
+}
+
+// KeysFor returns the keys of the lock called name. It does not validate the
+// name: call ValidateName first.
+func KeysFor(name string) Keys {
+	return Keys{
+		Name:     name,
+		Channel:  prefixName(channelPrefix, name),
+		Queue:    prefixName(queuePrefix, name),
+		Timeouts: prefixName(timeoutPrefix, name),
+		latch:    prefixName(latchPrefix, name),
+		alatch:   prefixName(acquireLatchPrefix, name),
+		squeue:   prefixName(squeuePrefix, name),
+		grace:    prefixName(gracePrefix, name),
+		token:    prefixName(tokenPrefix, name),
+	}
+}
+
+// Latch is the unlock latch key of one unlock call.
+func (k Keys) Latch(requestID string) string { return k.latch + ":" + requestID }
+
+// AcquireLatch is the acquisition latch key of one acquisition call
+// (latch_common.lua): "fairlock_acquire_latch:{name}:<request-id>".
+func (k Keys) AcquireLatch(requestID string) string {
+	if k.alatch == "" {
+		return prefixName(acquireLatchPrefix, k.Name) + ":" + requestID
+	}
+	return k.alatch + ":" + requestID
+}
+
+// WaiterChannel is the fair lock's per-waiter channel of owner.
+func (k Keys) WaiterChannel(owner string) string { return k.Channel + ":" + owner }
+
+// Owner formats an owner id, "<client-uuid>:<thread-id>".
+func Owner(clientID string, threadID int64) string {
+	return fmt.Sprintf("%s:%d", clientID, threadID)
+}
+
+// Script file names.
+const (
+	FileAcquire           = "acquire.lua"
+	FileUnlock            = "unlock.lua"
+	FileForceUnlock       = "force_unlock.lua"
+	FileRenew             = "renew.lua"
+	FileFairTryLock       = "fair_try_lock.lua"
+	FileFairTryLockWait   = "fair_try_lock_wait.lua"
+	FileFairAcquireFailed = "fair_acquire_failed.lua"
+	FileFairUnlock        = "fair_unlock.lua"
+	FileFairForceUnlock   = "fair_force_unlock.lua"
+	FileAbandon           = "abandon.lua"
+	// FileFencedAcquire is in fenced.go.
+	fileFairCommon    = "fair_common.lua"
+	fileQueueRedisson = "queue_redisson.lua"
+	fileLatchCommon   = "latch_common.lua"
+)
+
+// Files lists every script, in a fixed order.
+var Files = []string{
+	FileAcquire, FileUnlock, FileForceUnlock, FileRenew, FileAbandon, FileFencedAcquire,
+	FileFairTryLock, FileFairTryLockWait, FileFairAcquireFailed, FileFairUnlock, FileFairForceUnlock,
+	FileRWReadAcquire, FileRWReadUnlock, FileRWWriteAcquire, FileRWWriteUnlock, FileRWForceUnlock, FileRWRenew,
+}
+
+// Source returns the text of a script as it is sent to Redis: the file, with
+// latch_common.lua in front of it, and for the fair-lock scripts the
+// Redisson-compatible engine's queue operations and fair_common.lua too (see
+// ScalableSource for the other engine).
+func Source(file string) string {
+	body, err := readFile(file)
+	if err != nil {
+		panic("lua: no script " + file)
+	}
+	if !strings.HasPrefix(file, "fair_") {
+		return mustRead(fileLatchCommon) + string(body)
+	}
+	return mustRead(fileLatchCommon) + mustRead(fileQueueRedisson) + mustRead(fileFairCommon) + string(body)
+}
+
+func mustRead(file string) string {
+	b, err := readFile(file)
+	if err != nil {
+		panic("lua: missing " + file)
+	}
+	return string(b)
+}
+
+// Scripts is one loaded set of the scripts. Default() is the real set; tests
+// build deliberately broken sets with Edit.
+type Scripts struct {
+	byFile   map[string]*redis.Script
+	src      map[string]string // each script's source, for EVAL
+	boxedSha map[string]any    // each script's digest, boxed once (exec.go)
+}
+
+func newScripts(n int) *Scripts {
+	return &Scripts{byFile: make(map[string]*redis.Script, n),
+		src: make(map[string]string, n), boxedSha: make(map[string]any, n)}
+}
+
+func (s *Scripts) add(file, src string) {
+	sc := redis.NewScript(src)
+	s.byFile[file], s.src[file], s.boxedSha[file] = sc, src, sc.Hash()
+}
+
+// Default is the set every lock uses (built once, at the first call).
+var Default = sync.OnceValue(func() *Scripts { return Edit(nil) })
+
+// Edit builds a set of scripts whose source is edit(file, source). A nil edit
+// leaves every script as it is. Tests use it to make broken variants.
+func Edit(edit func(file, src string) string) *Scripts {
+	s := newScripts(len(Files))
+	for _, f := range Files {
+		src := Source(f)
+		if edit != nil {
+			src = edit(f, src)
+		}
+		s.add(f, src)
+	}
+	return s
+}
+
+// Script returns the loaded script of file.
+func (s *Scripts) Script(file string) *redis.Script {
+	sc, ok := s.byFile[file]
+	if !ok {
+		panic("lua: no script " + file)
+	}
+	return sc
+}
