@@ -23,7 +23,7 @@ type Config struct {
 	// Set only by tests, through the options below, when the client is
 	// made; never changed on a live session.
 	Scripts   *wire.Scripts // the scripts the locks run; default wire.Default()
-	WallClock func() int64 // the wall clock in Unix ms the fair scripts read ("now"); default time.Now
+	WallClock func() int64  // the wall clock in Unix ms the fair scripts read ("now"); default time.Now
 }
 
 // WithScripts makes a client run scripts (a test's deliberately broken
