@@ -156,25 +156,13 @@ func StartCluster(dir string) (*Cluster, error) {
 		}
 		c.dir, c.owned = d, true
 	}
-	ports, err := clusterPorts(6)
-	if err != nil {
-		c.Stop()
-		return nil, err
-	}
-	for _, p := range ports {
-		n, err := newNode(c.dir, p, fmt.Sprintf(`cluster-enabled yes
-cluster-config-file nodes-%d.conf
-cluster-node-timeout %d
-cluster-require-full-coverage no
-cluster-replica-validity-factor 0
-cluster-allow-replica-migration no
-`, p, NodeTimeout.Milliseconds()))
-		if err != nil {
-			c.Stop()
-			return nil, err
+	used := map[int]bool{}
+	for range 6 {
+		n, err := startClusterNode(c.dir, used)
+		if n != nil {
+			c.Nodes = append(c.Nodes, n)
 		}
-		c.Nodes = append(c.Nodes, n)
-		if err := n.start(); err != nil {
+		if err != nil {
 			c.Stop()
 			return nil, err
 		}
@@ -387,13 +375,64 @@ loglevel warning
 	return &Node{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Port: port, conf: conf}, nil
 }
 
+// startClusterNode starts one cluster node on a port pair not in used (and
+// marks it used). A node whose ports were taken between the check and its
+// start (the port of another test process's server, the bus port of an
+// outgoing connection) exits at once: it is started again on other ports,
+// up to five times.
+func startClusterNode(dir string, used map[int]bool) (*Node, error) {
+	var err error
+	for range 5 {
+		var ports []int
+		if ports, err = portsExcept(1, used); err != nil {
+			return nil, err
+		}
+		p := ports[0]
+		used[p] = true
+		var n *Node
+		n, err = newNode(dir, p, fmt.Sprintf(`cluster-enabled yes
+cluster-config-file nodes-%d.conf
+cluster-node-timeout %d
+cluster-require-full-coverage no
+cluster-replica-validity-factor 0
+cluster-allow-replica-migration no
+`, p, NodeTimeout.Milliseconds()))
+		if err != nil {
+			return nil, err
+		}
+		if err = n.start(); err == nil {
+			return n, nil
+		}
+		n.Kill()
+	}
+	return nil, err
+}
+
+// ephemeralLow is the first port the kernel may hand to an outgoing
+// connection (ip_local_port_range); the servers' ports, cluster bus ports
+// included, are chosen below it, so no connection can take one between
+// the check and the server's start.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if lo, err := strconv.Atoi(f[0]); err == nil && lo > 21000 {
+				return lo
+			}
+		}
+	}
+	return 32768
+}
+
 // clusterPorts finds n ports p where both p and the cluster bus port
-// p+10000 can be bound on 127.0.0.1.
-func clusterPorts(n int) ([]int, error) {
+// p+10000 can be bound on 127.0.0.1, below the ephemeral range.
+func clusterPorts(n int) ([]int, error) { return portsExcept(n, map[int]bool{}) }
+
+func portsExcept(n int, used map[int]bool) ([]int, error) {
 	var out []int
-	used := map[int]bool{}
+	span := ephemeralLow() - 10000 - 10000 // p in [10000, low-10000): p+10000 < low
 	for tries := 0; len(out) < n && tries < 1000; tries++ {
-		p := 20000 + rand.IntN(20000)
+		p := 10000 + rand.IntN(span)
 		if used[p] || used[p+10000] || used[p-10000] {
 			continue
 		}

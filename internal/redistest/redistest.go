@@ -15,7 +15,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -209,11 +211,14 @@ func (s *Server) Restart() error {
 	return s.start(bin)
 }
 
+// freePort is a port that can be bound on 127.0.0.1, below the ephemeral
+// range (see ephemeralLow) and the cluster ports' range: in [2000, 10000).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 1000 {
+		p := 2000 + mrand.IntN(8000)
+		if canBind(p) {
+			return p, nil
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("redistest: no free port")
 }
