@@ -63,7 +63,7 @@ type scenario struct {
 	// others, in order.
 	holderAt int
 	// warm: the holder's client makes one acquisition and release on
-	// another lock (warm) before anything else.
+	// another lock (warm) before the fault starts and the holder acquires.
 	warm    bool
 	holder  acquire  // the holder's acquisition; the subtest stops if it fails
 	waiters []waiter // started in this order, once the holder has the lock
@@ -151,7 +151,7 @@ type fault struct {
 	start            func(e *Env, holder *Client, waiters []*Client) (stop func())
 	stopAfterWaiters bool
 	// fire, when set, fires a fault once the waiters have started; it
-	// blocks for the fault's length (faults.go's functions do).
+	// blocks for the fault's length (faults_test.go's functions do).
 	fire func(e *Env, holder *Client, waiters []*Client)
 }
 
