@@ -13,7 +13,9 @@ import (
 
 // Deterministic tests, one fault kind each, on every kind of lock where it
 // matters. Each scripts a few clients through one fault and runs the same
-// checkers as the random test on the history.
+// checkers as the random test on the history. Most are values in the
+// scenarios table below, run by TestScenarios; the ones of another shape
+// are test functions after it.
 
 var allKinds = []LockKind{Reentrant, FairRedisson, FairScalable}
 var fairKinds = []LockKind{FairRedisson, FairScalable}
@@ -43,6 +45,336 @@ func holdCount(t *testing.T, h *Handle) int {
 		t.Fatalf("HoldCount: %v", err)
 	}
 	return n
+}
+
+// The scenarios: on each of its kinds of lock, a holder takes lock "L" on
+// its own client, waiters on other clients queue behind it one after
+// another, a fault is injected, the holder lets go (or has lost the lock),
+// and Script.Check runs the checkers on the history. Each subtest is named
+// after the test it was (TestFaultRestart is TestScenarios/FaultRestart).
+// The tests that do not fit this shape follow the table.
+type scenario struct {
+	name  string     // the subtest's name: the old test's name without "Test"
+	kinds []LockKind // one subtest each, all at once (eachKind)
+
+	// holderAt is the place of the holder's client among the scenario's
+	// clients, in the order they are made; the waiters' clients are the
+	// others, in order.
+	holderAt int
+	// warm: the holder's client makes one acquisition and release on
+	// another lock (warm) before the fault starts and the holder acquires.
+	warm    bool
+	holder  acquire  // the holder's acquisition; the subtest stops if it fails
+	waiters []waiter // started in this order, once the holder has the lock
+	fault   fault
+
+	settle time.Duration // sleep after the fault fired, before the holder's end
+	// holderDone, when set, waits up to this long for the holder's Done to
+	// close; notDone, when set, makes it an error that it did not: "the
+	// holder's Done is still open <holderDone> after <notDone>".
+	holderDone time.Duration
+	notDone    string
+	// forgetHolder: the holder is forgotten (its hold was lost or ran
+	// out), not unlocked.
+	forgetHolder bool
+}
+
+// acquire is one acquisition call: Lock, LockWithLease (lease set) or
+// TryLockFor (wait set), with a ctx of timeout.
+type acquire struct {
+	wait, lease, timeout time.Duration
+}
+
+func lock(timeout time.Duration) acquire { return acquire{timeout: timeout} }
+func lockWithLease(lease, timeout time.Duration) acquire {
+	return acquire{lease: lease, timeout: timeout}
+}
+func tryLockFor(wait, lease, timeout time.Duration) acquire {
+	return acquire{wait: wait, lease: lease, timeout: timeout}
+}
+
+// run makes the call on h; it reports whether h got the lock.
+func (a acquire) run(s *Script, h *Handle) (bool, error) {
+	switch {
+	case a.wait > 0:
+		return s.TryLockFor(h, a.wait, a.lease, a.timeout)
+	case a.lease > 0:
+		err := s.LockWithLease(h, a.lease, a.timeout)
+		return err == nil, err
+	default:
+		err := s.Lock(h, a.timeout)
+		return err == nil, err
+	}
+}
+
+// waiter is one waiting client's part, run in the background (Script.Go).
+type waiter struct {
+	acquire
+	then waiterEnd
+	hold time.Duration // unlockAfterHold: how long it holds once granted
+	gap  time.Duration // sleep after it started, before the next step
+}
+
+type waiterEnd int
+
+const (
+	unlockAfterHold waiterEnd = iota // once granted, holds for hold, then Unlock
+	letLeaseRunOut                   // once granted, waits up to 10 s for Done, then is forgotten
+	forgetIt                         // forgotten whatever its call returned (its client dies)
+)
+
+func (w waiter) run(s *Script, h *Handle) {
+	got, _ := w.acquire.run(s, h)
+	switch w.then {
+	case unlockAfterHold:
+		if got {
+			time.Sleep(w.hold)
+			_ = s.Unlock(h, 5*time.Second)
+		}
+	case letLeaseRunOut:
+		if got {
+			s.WaitDone(h, 10*time.Second)
+			s.Forget(h)
+		}
+	case forgetIt:
+		s.Forget(h)
+	}
+}
+
+// fault is what a scenario injects, given the holder's and the waiters'
+// clients.
+type fault struct {
+	// start, when set, starts a fault before the holder's acquisition; the
+	// function it returns ends it, right after the holder's end, or once
+	// every waiter is done when stopAfterWaiters.
+	start            func(e *Env, holder *Client, waiters []*Client) (stop func())
+	stopAfterWaiters bool
+	// fire, when set, fires a fault once the waiters have started; it
+	// blocks for the fault's length (faults_test.go's functions do).
+	fire func(e *Env, holder *Client, waiters []*Client)
+}
+
+var scenarios = []scenario{
+	// A holder whose network stalls for longer than its lease (the watchdog
+	// cannot renew) must see Done close before the lease can have run out in
+	// Redis, so before a waiter on another client can take the lock.
+	{
+		name: "FaultStallDuringHold", kinds: allKinds,
+		holder:  lock(5 * time.Second),
+		waiters: []waiter{{acquire: lock(30 * time.Second), hold: 500 * time.Millisecond, gap: 300 * time.Millisecond}},
+		fault: fault{fire: func(e *Env, holder *Client, _ []*Client) {
+			e.Stall(holder, WatchdogLease+2*time.Second)
+		}},
+		holderDone: 10 * time.Second, notDone: "a stall longer than its lease",
+		// then Unlock: ErrNotHeld expected, it was lost
+	},
+	// With latency on the holder's network, an explicit lease starts in Redis
+	// after the request was sent: the hold is valid until send + lease - drift,
+	// not reply + lease. A waiter on a fast client takes the lock when the
+	// lease runs out in Redis; the holder must not still believe it holds it.
+	{
+		name: "FaultLatencyExplicitLease", kinds: allKinds,
+		warm: true, // connection made, scripts loaded
+		fault: fault{start: func(e *Env, holder *Client, _ []*Client) func() {
+			undo := holder.Net.Latency(700 * time.Millisecond)
+			i := e.record(FLatency, holder, "(700ms each way)")
+			return func() { undo(); e.H.EndFault(i) }
+		}},
+		holder:  lockWithLease(ExplicitLeaseMin, 10*time.Second),
+		waiters: []waiter{{acquire: lock(30 * time.Second), hold: 300 * time.Millisecond}},
+		// the holder lets its lease run out
+		holderDone: ExplicitLeaseMin + 5*time.Second, notDone: "its explicit lease was granted",
+		forgetHolder: true,
+	},
+	// A fair waiter that becomes the head of the queue without being woken must
+	// not sleep past the lock's lease. Here three holders in a row let their
+	// explicit leases run out (no unlock, so nobody publishes); the waiter
+	// queued fourth sleeps on the reply it got when it joined the queue, and
+	// must still poll when the lock becomes free.
+	{
+		name: "FaultFairWaiterOversleep", kinds: fairKinds,
+		holder: lockWithLease(ExplicitLeaseMin, 5*time.Second),
+		waiters: []waiter{
+			{acquire: lockWithLease(ExplicitLeaseMin, 30*time.Second), then: letLeaseRunOut, gap: 300 * time.Millisecond},
+			{acquire: lockWithLease(ExplicitLeaseMin, 30*time.Second), then: letLeaseRunOut, gap: 300 * time.Millisecond},
+			{acquire: lock(40 * time.Second)}, // queued fourth, unlocks at once
+		},
+		holderDone: 10 * time.Second, forgetHolder: true,
+	},
+	// A holder and the waiter at the head of a fair queue die (network cut for
+	// ever, nothing cleaned up): the holder's Done closes before its lease can
+	// run out, and the live waiter behind them gets the lock within the
+	// liveness bound (one more grace for the dead head).
+	{
+		name: "FaultDeadClients", kinds: allKinds,
+		holder: lock(5 * time.Second),
+		waiters: []waiter{
+			{acquire: lock(20 * time.Second), then: forgetIt, gap: 300 * time.Millisecond}, // dies
+			{acquire: lock(40 * time.Second), gap: 300 * time.Millisecond},                 // unlocks at once
+		},
+		fault: fault{fire: func(e *Env, holder *Client, waiters []*Client) {
+			e.Kill(holder)
+			e.Kill(waiters[0])
+		}},
+		holderDone: 2 * WatchdogLease, notDone: "its network was cut (it died)",
+		forgetHolder: true,
+	},
+	// The server restarts empty while a lock is held and waited for: the old
+	// holder's window ends within its lease of the restart, the waiter gets
+	// the lock.
+	{
+		name: "FaultRestart", kinds: allKinds,
+		holder:     lock(5 * time.Second),
+		waiters:    []waiter{{acquire: lock(30 * time.Second), hold: 300 * time.Millisecond, gap: 500 * time.Millisecond}},
+		fault:      fault{fire: func(e *Env, _ *Client, _ []*Client) { e.Restart() }},
+		holderDone: 2 * WatchdogLease, notDone: "a restart lost its lock",
+	},
+	// The server process is stopped (SIGSTOP) for longer than the lease, then
+	// continued: the holder, unable to renew, learns it lost the lock before
+	// Redis can expire it; a waiter gets the lock afterwards.
+	{
+		name: "FaultSigStop", kinds: allKinds,
+		holder:     lock(5 * time.Second),
+		waiters:    []waiter{{acquire: lock(40 * time.Second), hold: 300 * time.Millisecond, gap: 500 * time.Millisecond}},
+		fault:      fault{fire: func(e *Env, _ *Client, _ []*Client) { e.SigStop(WatchdogLease + 2*time.Second) }},
+		holderDone: 2 * WatchdogLease, // waited for, not asserted
+	},
+	// CLIENT PAUSE ALL for longer than the lease: as SIGSTOP, seen through
+	// Redis's own pause.
+	{
+		name: "FaultClientPause", kinds: allKinds,
+		holder:     lock(5 * time.Second),
+		waiters:    []waiter{{acquire: lock(40 * time.Second), hold: 300 * time.Millisecond, gap: 500 * time.Millisecond}},
+		fault:      fault{fire: func(e *Env, _ *Client, _ []*Client) { e.ClientPause(WatchdogLease + 2*time.Second) }},
+		holderDone: 2 * WatchdogLease, // waited for, not asserted
+	},
+	// Every pub/sub connection is killed while waiters queue: they re-subscribe
+	// and still take the lock in order as soon as it is released.
+	{
+		name: "FaultPubSubKill", kinds: allKinds,
+		holder: lock(5 * time.Second),
+		waiters: []waiter{
+			{acquire: lock(30 * time.Second), hold: 200 * time.Millisecond, gap: 300 * time.Millisecond},
+			{acquire: lock(30 * time.Second), hold: 200 * time.Millisecond, gap: 300 * time.Millisecond},
+		},
+		fault:  fault{fire: func(e *Env, _ *Client, _ []*Client) { e.KillPubSub() }},
+		settle: 500 * time.Millisecond,
+	},
+	// Connection resets on the holder's and a waiter's clients: the lock is
+	// still handed over within the bound, exclusion holds.
+	{
+		name: "FaultReset", kinds: allKinds,
+		holder: lock(5 * time.Second),
+		waiters: []waiter{
+			{acquire: lock(30 * time.Second), hold: 200 * time.Millisecond, gap: 300 * time.Millisecond},
+			{acquire: lock(30 * time.Second), hold: 200 * time.Millisecond, gap: 300 * time.Millisecond},
+		},
+		fault: fault{fire: func(e *Env, holder *Client, waiters []*Client) {
+			e.Reset(holder, 3, 300*time.Millisecond)
+			e.Reset(waiters[0], 3, 300*time.Millisecond)
+		}},
+		settle: WatchdogLease, // a renewal goes through the reset connections
+	},
+	// One client's clock runs ahead (by SkewMax, well inside the head grace)
+	// and it queues first: the others still get the lock in their queue order,
+	// and nobody waits past the bound.
+	{
+		name: "FaultSkew", kinds: fairKinds,
+		holderAt: 1, // the skewed client is made first
+		fault: fault{start: func(e *Env, _ *Client, waiters []*Client) func() {
+			sk := waiters[0]
+			sk.clock.Set(SkewMax)
+			i := e.record(FSkew, sk, fmt.Sprintf("(%v ahead)", SkewMax))
+			return func() { e.H.EndFault(i) }
+		}, stopAfterWaiters: true},
+		holder: lock(5 * time.Second),
+		waiters: []waiter{
+			{acquire: lock(30 * time.Second), hold: HeadGrace / 2, gap: 300 * time.Millisecond}, // skewed
+			{acquire: lock(30 * time.Second), hold: HeadGrace / 2, gap: 300 * time.Millisecond},
+			{acquire: lock(30 * time.Second), hold: HeadGrace / 2, gap: 300 * time.Millisecond},
+		},
+		settle: time.Second,
+	},
+	// No fault at all: a TryLockFor waiter keeps its place in the queue for its
+	// whole wait (its wait is its slot). Here it queues behind a waiter whose
+	// turn came late (the holder kept the lock longer than its lease, renewed
+	// by the watchdog), and a Lock waiter queues behind it: it must still be
+	// granted before the Lock waiter that joined after it.
+	{
+		name: "FairTryLockForKeepsItsPlace", kinds: fairKinds,
+		holder: lock(5 * time.Second), // holds 2 leases
+		waiters: []waiter{
+			// a queues first and holds for a lease once granted; the gap is
+			// longer than the lock's lease when a joined
+			{acquire: lock(30 * time.Second), hold: WatchdogLease, gap: WatchdogLease + time.Second},
+			// b queues second, for up to 2 leases, and unlocks at once
+			{acquire: tryLockFor(2*WatchdogLease, 0, 30*time.Second), gap: 500 * time.Millisecond},
+			// c queues third
+			{acquire: lock(30 * time.Second), hold: 300 * time.Millisecond, gap: WatchdogLease - 1500*time.Millisecond},
+		},
+	},
+}
+
+// TestScenarios runs the scenarios one after another.
+func TestScenarios(t *testing.T) {
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) { eachKind(t, sc.kinds, sc.run) })
+	}
+}
+
+// run runs the scenario on a lock of kind k.
+func (sc scenario) run(t *testing.T, k LockKind) {
+	e := NewSingle(t)
+	s := e.Script()
+	var holder *Client
+	var waiters []*Client
+	for i := range len(sc.waiters) + 1 {
+		if c := e.NewClient(); i == sc.holderAt {
+			holder = c
+		} else {
+			waiters = append(waiters, c)
+		}
+	}
+	hh := holder.Handle("L", k)
+	var wh []*Handle
+	for _, c := range waiters {
+		wh = append(wh, c.Handle("L", k))
+	}
+	if sc.warm {
+		warm(t, holder.Handle("warm", k))
+	}
+	var stop func()
+	if sc.fault.start != nil {
+		stop = sc.fault.start(e, holder, waiters)
+	}
+	if ok, err := sc.holder.run(s, hh); !ok {
+		t.Fatal(err)
+	}
+	for i, w := range sc.waiters {
+		s.Go(func() { w.run(s, wh[i]) })
+		time.Sleep(w.gap)
+	}
+	if sc.fault.fire != nil {
+		sc.fault.fire(e, holder, waiters)
+	}
+	time.Sleep(sc.settle)
+	if sc.holderDone > 0 {
+		if !s.WaitDone(hh, sc.holderDone) && sc.notDone != "" {
+			t.Errorf("the holder's Done is still open %v after %s", sc.holderDone, sc.notDone)
+		}
+	}
+	if sc.forgetHolder {
+		s.Forget(hh)
+	} else {
+		_ = s.Unlock(hh, 5*time.Second)
+	}
+	if stop != nil {
+		if sc.fault.stopAfterWaiters {
+			s.bg.Wait()
+		}
+		stop()
+	}
+	s.Check(t)
 }
 
 // A Lock whose request is held back longer than go-redis's read timeout
@@ -86,67 +418,6 @@ func TestFaultStallDuringLock(t *testing.T) {
 		} else {
 			t.Errorf("the other client could not get the lock: %v", err)
 		}
-		s.Check(t)
-	})
-}
-
-// A holder whose network stalls for longer than its lease (the watchdog
-// cannot renew) must see Done close before the lease can have run out in
-// Redis, so before a waiter on another client can take the lock.
-func TestFaultStallDuringHold(t *testing.T) {
-	eachKind(t, allKinds, func(t *testing.T, k LockKind) {
-		e := NewSingle(t)
-		s := e.Script()
-		a, b := e.NewClient(), e.NewClient()
-		ha, hb := a.Handle("L", k), b.Handle("L", k)
-		if err := s.Lock(ha, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		s.Go(func() {
-			if err := s.Lock(hb, 30*time.Second); err == nil {
-				time.Sleep(500 * time.Millisecond)
-				_ = s.Unlock(hb, 5*time.Second)
-			}
-		})
-		time.Sleep(300 * time.Millisecond)
-		e.Stall(a, WatchdogLease+2*time.Second)
-		if !s.WaitDone(ha, 10*time.Second) {
-			t.Errorf("the holder's Done is still open %v after a stall longer than its lease", 10*time.Second)
-		}
-		_ = s.Unlock(ha, 5*time.Second) // ErrNotHeld expected: it was lost
-		s.Check(t)
-	})
-}
-
-// With latency on the holder's network, an explicit lease starts in Redis
-// after the request was sent: the hold is valid until send + lease - drift,
-// not reply + lease. A waiter on a fast client takes the lock when the
-// lease runs out in Redis; the holder must not still believe it holds it.
-func TestFaultLatencyExplicitLease(t *testing.T) {
-	eachKind(t, allKinds, func(t *testing.T, k LockKind) {
-		e := NewSingle(t)
-		s := e.Script()
-		a, b := e.NewClient(), e.NewClient()
-		ha, hb := a.Handle("L", k), b.Handle("L", k)
-		warm(t, a.Handle("warm", k)) // connection made, scripts loaded
-		undo := a.Net.Latency(700 * time.Millisecond)
-		i := e.record(FLatency, a, "(700ms each way)")
-		if err := s.LockWithLease(ha, ExplicitLeaseMin, 10*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		s.Go(func() {
-			if err := s.Lock(hb, 30*time.Second); err == nil {
-				time.Sleep(300 * time.Millisecond)
-				_ = s.Unlock(hb, 5*time.Second)
-			}
-		})
-		// the holder lets its lease run out
-		if !s.WaitDone(ha, ExplicitLeaseMin+5*time.Second) {
-			t.Errorf("Done still open long after the explicit lease")
-		}
-		s.Forget(ha)
-		undo()
-		e.H.EndFault(i)
 		s.Check(t)
 	})
 }
@@ -225,238 +496,6 @@ func TestFaultClose(t *testing.T) {
 	s.Check(t)
 }
 
-// A fair waiter that becomes the head of the queue without being woken must
-// not sleep past the lock's lease. Here three holders in a row let their
-// explicit leases run out (no unlock, so nobody publishes); the waiter
-// queued fourth sleeps on the reply it got when it joined the queue, and
-// must still poll when the lock becomes free.
-func TestFaultFairWaiterOversleep(t *testing.T) {
-	eachKind(t, fairKinds, func(t *testing.T, k LockKind) {
-		e := NewSingle(t)
-		s := e.Script()
-		var hs []*Handle
-		for i := 0; i < 4; i++ {
-			hs = append(hs, e.NewClient().Handle("L", k))
-		}
-		if err := s.LockWithLease(hs[0], ExplicitLeaseMin, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		for _, h := range hs[1:3] { // queue, take the lock in turn, let the lease run out
-			s.Go(func() {
-				if err := s.LockWithLease(h, ExplicitLeaseMin, 30*time.Second); err == nil {
-					s.WaitDone(h, 10*time.Second)
-					s.Forget(h)
-				}
-			})
-			time.Sleep(300 * time.Millisecond)
-		}
-		s.Go(func() { // queued fourth
-			if err := s.Lock(hs[3], 40*time.Second); err == nil {
-				_ = s.Unlock(hs[3], 5*time.Second)
-			}
-		})
-		s.WaitDone(hs[0], 10*time.Second)
-		s.Forget(hs[0])
-		s.Check(t)
-	})
-}
-
-// A holder and the waiter at the head of a fair queue die (network cut for
-// ever, nothing cleaned up): the holder's Done closes before its lease can
-// run out, and the live waiter behind them gets the lock within the
-// liveness bound (one more grace for the dead head).
-func TestFaultDeadClients(t *testing.T) {
-	eachKind(t, allKinds, func(t *testing.T, k LockKind) {
-		e := NewSingle(t)
-		s := e.Script()
-		x, d, w := e.NewClient(), e.NewClient(), e.NewClient()
-		hx, hd, hw := x.Handle("L", k), d.Handle("L", k), w.Handle("L", k)
-		if err := s.Lock(hx, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		s.Go(func() { _ = s.Lock(hd, 20*time.Second); s.Forget(hd) })
-		time.Sleep(300 * time.Millisecond)
-		s.Go(func() {
-			if err := s.Lock(hw, 40*time.Second); err == nil {
-				_ = s.Unlock(hw, 5*time.Second)
-			}
-		})
-		time.Sleep(300 * time.Millisecond)
-		e.Kill(x)
-		e.Kill(d)
-		if !s.WaitDone(hx, 2*WatchdogLease) {
-			t.Errorf("the dead holder's Done is still open %v after its network was cut", 2*WatchdogLease)
-		}
-		s.Forget(hx)
-		s.Check(t)
-	})
-}
-
-// The server restarts empty while a lock is held and waited for: the old
-// holder's window ends within its lease of the restart, the waiter gets
-// the lock.
-func TestFaultRestart(t *testing.T) {
-	eachKind(t, allKinds, func(t *testing.T, k LockKind) {
-		e := NewSingle(t)
-		s := e.Script()
-		a, b := e.NewClient(), e.NewClient()
-		ha, hb := a.Handle("L", k), b.Handle("L", k)
-		if err := s.Lock(ha, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		s.Go(func() {
-			if err := s.Lock(hb, 30*time.Second); err == nil {
-				time.Sleep(300 * time.Millisecond)
-				_ = s.Unlock(hb, 5*time.Second)
-			}
-		})
-		time.Sleep(500 * time.Millisecond)
-		e.Restart()
-		if !s.WaitDone(ha, 2*WatchdogLease) {
-			t.Errorf("the holder's Done is still open %v after a restart lost its lock", 2*WatchdogLease)
-		}
-		_ = s.Unlock(ha, 5*time.Second)
-		s.Check(t)
-	})
-}
-
-// The server process is stopped (SIGSTOP) for longer than the lease, then
-// continued: the holder, unable to renew, learns it lost the lock before
-// Redis can expire it; a waiter gets the lock afterwards.
-func TestFaultSigStop(t *testing.T) {
-	eachKind(t, allKinds, func(t *testing.T, k LockKind) {
-		e := NewSingle(t)
-		s := e.Script()
-		a, b := e.NewClient(), e.NewClient()
-		ha, hb := a.Handle("L", k), b.Handle("L", k)
-		if err := s.Lock(ha, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		s.Go(func() {
-			if err := s.Lock(hb, 40*time.Second); err == nil {
-				time.Sleep(300 * time.Millisecond)
-				_ = s.Unlock(hb, 5*time.Second)
-			}
-		})
-		time.Sleep(500 * time.Millisecond)
-		e.SigStop(WatchdogLease + 2*time.Second)
-		s.WaitDone(ha, 2*WatchdogLease)
-		_ = s.Unlock(ha, 5*time.Second)
-		s.Check(t)
-	})
-}
-
-// CLIENT PAUSE ALL for longer than the lease: as SIGSTOP, seen through
-// Redis's own pause.
-func TestFaultClientPause(t *testing.T) {
-	eachKind(t, allKinds, func(t *testing.T, k LockKind) {
-		e := NewSingle(t)
-		s := e.Script()
-		a, b := e.NewClient(), e.NewClient()
-		ha, hb := a.Handle("L", k), b.Handle("L", k)
-		if err := s.Lock(ha, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		s.Go(func() {
-			if err := s.Lock(hb, 40*time.Second); err == nil {
-				time.Sleep(300 * time.Millisecond)
-				_ = s.Unlock(hb, 5*time.Second)
-			}
-		})
-		time.Sleep(500 * time.Millisecond)
-		e.ClientPause(WatchdogLease + 2*time.Second)
-		s.WaitDone(ha, 2*WatchdogLease)
-		_ = s.Unlock(ha, 5*time.Second)
-		s.Check(t)
-	})
-}
-
-// Every pub/sub connection is killed while waiters queue: they re-subscribe
-// and still take the lock in order as soon as it is released.
-func TestFaultPubSubKill(t *testing.T) {
-	eachKind(t, allKinds, func(t *testing.T, k LockKind) {
-		e := NewSingle(t)
-		s := e.Script()
-		a, b, c := e.NewClient(), e.NewClient(), e.NewClient()
-		ha, hb, hc := a.Handle("L", k), b.Handle("L", k), c.Handle("L", k)
-		if err := s.Lock(ha, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		for _, h := range []*Handle{hb, hc} {
-			s.Go(func() {
-				if err := s.Lock(h, 30*time.Second); err == nil {
-					time.Sleep(200 * time.Millisecond)
-					_ = s.Unlock(h, 5*time.Second)
-				}
-			})
-			time.Sleep(300 * time.Millisecond)
-		}
-		e.KillPubSub()
-		time.Sleep(500 * time.Millisecond)
-		_ = s.Unlock(ha, 5*time.Second)
-		s.Check(t)
-	})
-}
-
-// Connection resets on the holder's and a waiter's clients: the lock is
-// still handed over within the bound, exclusion holds.
-func TestFaultReset(t *testing.T) {
-	eachKind(t, allKinds, func(t *testing.T, k LockKind) {
-		e := NewSingle(t)
-		s := e.Script()
-		a, b, c := e.NewClient(), e.NewClient(), e.NewClient()
-		ha, hb, hc := a.Handle("L", k), b.Handle("L", k), c.Handle("L", k)
-		if err := s.Lock(ha, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		for _, h := range []*Handle{hb, hc} {
-			s.Go(func() {
-				if err := s.Lock(h, 30*time.Second); err == nil {
-					time.Sleep(200 * time.Millisecond)
-					_ = s.Unlock(h, 5*time.Second)
-				}
-			})
-			time.Sleep(300 * time.Millisecond)
-		}
-		e.Reset(a, 3, 300*time.Millisecond)
-		e.Reset(b, 3, 300*time.Millisecond)
-		time.Sleep(WatchdogLease) // a renewal goes through the reset connections
-		_ = s.Unlock(ha, 5*time.Second)
-		s.Check(t)
-	})
-}
-
-// One client's clock runs ahead (by SkewMax, well inside the head grace)
-// and it queues first: the others still get the lock in their queue order,
-// and nobody waits past the bound.
-func TestFaultSkew(t *testing.T) {
-	eachKind(t, fairKinds, func(t *testing.T, k LockKind) {
-		e := NewSingle(t)
-		s := e.Script()
-		sk, a, b, c := e.NewClient(), e.NewClient(), e.NewClient(), e.NewClient()
-		hs, ha, hb, hc := sk.Handle("L", k), a.Handle("L", k), b.Handle("L", k), c.Handle("L", k)
-		sk.clock.Set(SkewMax)
-		i := e.record(FSkew, sk, fmt.Sprintf("(%v ahead)", SkewMax))
-		if err := s.Lock(ha, 5*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		for _, h := range []*Handle{hs, hb, hc} {
-			s.Go(func() {
-				if err := s.Lock(h, 30*time.Second); err == nil {
-					time.Sleep(HeadGrace / 2)
-					_ = s.Unlock(h, 5*time.Second)
-				}
-			})
-			time.Sleep(300 * time.Millisecond)
-		}
-		time.Sleep(time.Second)
-		_ = s.Unlock(ha, 5*time.Second)
-		s.bg.Wait()
-		e.H.EndFault(i)
-		s.Check(t)
-	})
-}
-
 // warm makes one acquisition and release on h, so that the client has a
 // connection and Redis has the scripts before a test's fault.
 func warm(t *testing.T, h *Handle) {
@@ -469,48 +508,6 @@ func warm(t *testing.T, h *Handle) {
 	if err := h.L.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// No fault at all: a TryLockFor waiter keeps its place in the queue for its
-// whole wait (its wait is its slot). Here it queues behind a waiter whose
-// turn came late (the holder kept the lock longer than its lease, renewed
-// by the watchdog), and a Lock waiter queues behind it: it must still be
-// granted before the Lock waiter that joined after it.
-func TestFairTryLockForKeepsItsPlace(t *testing.T) {
-	eachKind(t, fairKinds, func(t *testing.T, k LockKind) {
-		e := NewSingle(t)
-		s := e.Script()
-		var hs []*Handle
-		for i := 0; i < 4; i++ {
-			hs = append(hs, e.NewClient().Handle("L", k))
-		}
-		h, a, b, c := hs[0], hs[1], hs[2], hs[3]
-		if err := s.Lock(h, 5*time.Second); err != nil { // holds 2 leases
-			t.Fatal(err)
-		}
-		s.Go(func() { // a queues first and holds for a lease once granted
-			if err := s.Lock(a, 30*time.Second); err == nil {
-				time.Sleep(WatchdogLease)
-				_ = s.Unlock(a, 5*time.Second)
-			}
-		})
-		time.Sleep(WatchdogLease + time.Second) // longer than the lock's lease when a joined
-		s.Go(func() {                           // b queues second, for up to 2 leases
-			if ok, err := s.TryLockFor(b, 2*WatchdogLease, 0, 30*time.Second); ok && err == nil {
-				_ = s.Unlock(b, 5*time.Second)
-			}
-		})
-		time.Sleep(500 * time.Millisecond)
-		s.Go(func() { // c queues third
-			if err := s.Lock(c, 30*time.Second); err == nil {
-				time.Sleep(300 * time.Millisecond)
-				_ = s.Unlock(c, 5*time.Second)
-			}
-		})
-		time.Sleep(WatchdogLease - 1500*time.Millisecond)
-		_ = s.Unlock(h, 5*time.Second)
-		s.Check(t)
-	})
 }
 
 // joinedSince waits until h's owner has a queue join sent at or after

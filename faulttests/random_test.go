@@ -11,7 +11,7 @@ import (
 
 // The random fault test: many clients and goroutines run a random
 // workload on a few locks of every kind while random faults fire; the
-// history is then checked (check.go). The default is the bounded
+// history is then checked (checkers_test.go). The default is the bounded
 // configuration CI runs; environment variables make it longer:
 //
 //	FAULT_SEED      replay a run (printed by every run)

@@ -49,7 +49,7 @@ const (
 	// goroutine records the return once it runs). Holds are checked
 	// without it: their Done and Err are read right after Close returns.
 	CloseTolerance = time.Second
-	// SkewMax bounds the clock skews the suite injects (SetClockSkew):
+	// SkewMax bounds the clock skews the suite injects (its injected SkewedClock):
 	// well inside the head grace, as docs/design.md asks of clocks.
 	SkewMax = HeadGrace / 4
 	// FailoverRecovery is how long a Redis Cluster or Sentinel takes to

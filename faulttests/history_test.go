@@ -34,7 +34,7 @@ const (
 	FLatency     FaultKind = "latency"      // one client: every byte delayed
 	FStall       FaultKind = "stall"        // one client: requests held back, then delivered
 	FReset       FaultKind = "reset"        // one client: its connections reset
-	FSkew        FaultKind = "skew"         // one client: wall clock shifted (SetClockSkew)
+	FSkew        FaultKind = "skew"         // one client: wall clock shifted (its injected SkewedClock)
 	FDead        FaultKind = "dead"         // one client: network cut for ever, handles abandoned
 	FClose       FaultKind = "close"        // one client: Client.Close while it holds and waits
 	FPubSubKill  FaultKind = "pubsub-kill"  // server: CLIENT KILL TYPE pubsub

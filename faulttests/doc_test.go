@@ -1,5 +1,6 @@
 // Package faulttests runs real clients of the locks under real faults and
-// checks the histories they record.
+// checks the histories they record. It has only test files: nothing in it
+// can be imported, and go doc does not show it; read the files.
 //
 // Every test starts its own redis-server (or a Redis Cluster, or a primary
 // with a replica and Sentinels) on loopback and puts each fairlock.Client
@@ -11,13 +12,13 @@
 // pubsub, CLIENT PAUSE, the server stopped and continued (SIGSTOP/SIGCONT),
 // a restart without persistence, and a primary killed (cluster, Sentinel).
 //
-// Everything is recorded on one monotonic clock (history.go): each call's
+// Everything is recorded on one monotonic clock (history_test.go): each call's
 // start, end, context end and result; each hold's believed-valid window,
 // from its acquisition returning to the earliest of its final Unlock call,
 // the moment Done() was seen closed and the last ValidUntil sampled while
 // held (when the lock types have ValidUntil); the fair-queue joins; the
 // faults; each Client.Close; and each critical section's use of a counter
-// the lock protects. The checkers (check.go) then verify:
+// the lock protects. The checkers (checkers_test.go) then verify:
 //
 //  1. exclusion: no two owners' windows on one lock overlap, except across
 //     a data-losing event (a restart without persistence, a failover, a
@@ -41,7 +42,7 @@
 // waiter that joined and left between two reads; the hook sees every call,
 // on the client's own connection, at no cost to the others.
 //
-// Every bound is in bounds.go. A failing test prints its seed, the first
+// Every bound is in bounds_test.go. A failing test prints its seed, the first
 // violation and the history of its lock around it; the whole history is
 // written to $FAULT_HISTORY when set. TestRandomFaults replays from
 // FAULT_SEED and runs longer with FAULT_DURATION, FAULT_CLIENTS,
