@@ -65,33 +65,30 @@ type Mutex struct {
 	m *core.Mutex
 }
 
-// Option configures a Mutex (fairlock.WithThreadID, WithWaitSlot,
-// WithEngine).
-type Option = fairlock.LockOption
-
 // WithWaitSlot sets this handle's wait slot for Lock and LockWithLease
 // (TryLockFor uses its wait as the slot, as Redisson does). Default: the
 // client's (fairlock.WithWaitSlot, 5 minutes). It must be at least 1 ms.
-func WithWaitSlot(d time.Duration) Option {
+func WithWaitSlot(d time.Duration) fairlock.LockOption {
 	return func(o *core.LockConfig) { o.Slot, o.SlotSet = d, true }
 }
 
 // New returns a handle on the fair lock called name. The name must be
 // non-empty; it may carry a Redis hash tag. New does not talk to Redis.
-func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
-	h, m, _, err := core.NewLock[fairlock.FencedHandle](c, name, opts, func(s *core.Session, k wire.Keys, cfg core.LockConfig) (core.Engine, error) {
-		switch Engine(cfg.Engine) {
-		case Redisson:
-			return engine{s: s, k: k, set: s.Scripts().Fair()}, nil
-		case Scalable:
-			return engine{s: s, k: k, set: wire.ScalableDefault().Fair()}, nil
-		}
-		return nil, fmt.Errorf("%w: engine %d", fairlock.ErrInvalidValue, cfg.Engine)
+func New(c *fairlock.Client, name string, opts ...fairlock.LockOption) (*Mutex, error) {
+	return core.New(c, name, opts, makeEngine, func(h fairlock.FencedHandle, m *core.Mutex) *Mutex {
+		return &Mutex{FencedHandle: h, m: m}
 	})
-	if err != nil {
-		return nil, err
+}
+
+// makeEngine builds the engine WithEngine chose.
+func makeEngine(s *core.Session, k wire.Keys, cfg core.LockConfig) (core.Engine, error) {
+	switch Engine(cfg.Engine) {
+	case Redisson:
+		return engine{s: s, k: k, set: s.Scripts().Fair()}, nil
+	case Scalable:
+		return engine{s: s, k: k, set: wire.ScalableDefault().Fair()}, nil
 	}
-	return &Mutex{FencedHandle: h, m: m}, nil
+	return nil, fmt.Errorf("%w: engine %d", fairlock.ErrInvalidValue, cfg.Engine)
 }
 
 // AcquireOptions are the general form of an acquisition.
@@ -173,3 +170,8 @@ const NoExpiry = fairlock.NoExpiry
 
 // Deprecated: use fairlock.WithThreadID.
 func WithThreadID(id int64) Option { return fairlock.WithThreadID(id) }
+
+// Option is fairlock.LockOption.
+//
+// Deprecated: use fairlock.LockOption; kept for one release.
+type Option = fairlock.LockOption

@@ -1,6 +1,7 @@
 package fair
 
 import (
+	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
@@ -31,4 +32,4 @@ var ErrMixedEngines = wire.ErrMixedEngines
 
 // WithEngine chooses the engine. Default: Redisson. Every handle on one
 // lock name must use the same engine.
-func WithEngine(e Engine) Option { return func(o *core.LockConfig) { o.Engine = int(e) } }
+func WithEngine(e Engine) fairlock.LockOption { return func(o *core.LockConfig) { o.Engine = int(e) } }

@@ -41,19 +41,14 @@ type Mutex struct {
 	fairlock.FencedHandle
 }
 
-// Option configures a Mutex (fairlock.WithThreadID).
-type Option = fairlock.LockOption
-
 // New returns a handle on the fenced lock called name. The name must be
 // non-empty; it may carry a Redis hash tag. New does not talk to Redis.
-func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
-	h, _, _, err := core.NewLock[fairlock.FencedHandle](c, name, opts, func(s *core.Session, k wire.Keys, _ core.LockConfig) (core.Engine, error) {
-		return engine{core.ReentrantEngine{S: s, K: k}}, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Mutex{h}, nil
+func New(c *fairlock.Client, name string, opts ...fairlock.LockOption) (*Mutex, error) {
+	return core.New(c, name, opts, makeEngine, func(h fairlock.FencedHandle, _ *core.Mutex) *Mutex { return &Mutex{h} })
+}
+
+func makeEngine(s *core.Session, k wire.Keys, _ core.LockConfig) (core.Engine, error) {
+	return engine{core.ReentrantEngine{S: s, K: k}}, nil
 }
 
 // engine is the reentrant lock's engine with fenced_acquire.lua: every
@@ -80,3 +75,8 @@ const NoExpiry = fairlock.NoExpiry
 
 // Deprecated: use fairlock.WithThreadID.
 func WithThreadID(id int64) Option { return fairlock.WithThreadID(id) }
+
+// Option is fairlock.LockOption.
+//
+// Deprecated: use fairlock.LockOption; kept for one release.
+type Option = fairlock.LockOption

@@ -10,7 +10,6 @@ package reentrant
 import (
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
-	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Mutex is a handle on a distributed reentrant lock. Its calls (Lock,
@@ -25,19 +24,10 @@ type Mutex struct {
 	fairlock.Handle
 }
 
-// Option configures a Mutex (fairlock.WithThreadID).
-type Option = fairlock.LockOption
-
 // New returns a handle on the lock called name. The name must be non-empty;
 // it may carry a Redis hash tag ("{tag}rest"). New does not talk to Redis.
-func New(c *fairlock.Client, name string, opts ...Option) (*Mutex, error) {
-	h, _, _, err := core.NewLock[fairlock.Handle](c, name, opts, func(s *core.Session, k wire.Keys, _ core.LockConfig) (core.Engine, error) {
-		return core.ReentrantEngine{S: s, K: k}, nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &Mutex{h}, nil
+func New(c *fairlock.Client, name string, opts ...fairlock.LockOption) (*Mutex, error) {
+	return core.New(c, name, opts, core.MakeReentrant, func(h fairlock.Handle, _ *core.Mutex) *Mutex { return &Mutex{h} })
 }
 
 // Errors, the same values as package fairlock's.
@@ -51,3 +41,8 @@ const NoExpiry = fairlock.NoExpiry
 
 // Deprecated: use fairlock.WithThreadID.
 func WithThreadID(id int64) Option { return fairlock.WithThreadID(id) }
+
+// Option is fairlock.LockOption.
+//
+// Deprecated: use fairlock.LockOption; kept for one release.
+type Option = fairlock.LockOption

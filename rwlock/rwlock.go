@@ -52,13 +52,10 @@ type Lock struct {
 	sibling *Lock // the other half of the same RWMutex
 }
 
-// Option configures an RWMutex (fairlock.WithThreadID).
-type Option = fairlock.LockOption
-
 // New returns a handle on the read-write lock called name. The name must be
 // non-empty; it may carry a Redis hash tag ("{tag}rest"). New does not talk
 // to Redis.
-func New(c *fairlock.Client, name string, opts ...Option) (*RWMutex, error) {
+func New(c *fairlock.Client, name string, opts ...fairlock.LockOption) (*RWMutex, error) {
 	half := func(write bool, opts []Option) (*Lock, error) {
 		h, m, _, err := core.NewLock[fairlock.Handle](c, name, opts, func(s *core.Session, k wire.Keys, _ core.LockConfig) (core.Engine, error) {
 			return engine{s: s, k: k, write: write}, nil
@@ -272,3 +269,8 @@ const NoExpiry = fairlock.NoExpiry
 
 // Deprecated: use fairlock.WithThreadID.
 func WithThreadID(id int64) Option { return fairlock.WithThreadID(id) }
+
+// Option is fairlock.LockOption.
+//
+// Deprecated: use fairlock.LockOption; kept for one release.
+type Option = fairlock.LockOption

@@ -58,3 +58,19 @@ func NewLock[H any, O ~func(*LockConfig)](client any, name string, opts []O, e E
 	}
 	return wrapFenced(m).(H), m, cfg, nil
 }
+
+// New is NewLock for a lock type L that only wraps its handle: wrap makes
+// the L of a new handle H and its Mutex.
+func New[H, L any, O ~func(*LockConfig)](client any, name string, opts []O, e EngineMaker, wrap func(H, *Mutex) L) (L, error) {
+	h, m, _, err := NewLock[H](client, name, opts, e)
+	if err != nil {
+		var zero L
+		return zero, err
+	}
+	return wrap(h, m), nil
+}
+
+// MakeReentrant is the reentrant lock's EngineMaker.
+func MakeReentrant(s *Session, k wire.Keys, _ LockConfig) (Engine, error) {
+	return ReentrantEngine{S: s, K: k}, nil
+}
