@@ -207,51 +207,19 @@ func (m *Mutex) cleanup(ctx context.Context, a wire.Args, queued, suspect bool, 
 		return
 	}
 	cfg := &m.S.Config
-	needUnlock := false
-	undone := !suspect
-	left := !queued
+	g := &giveBack{m: m, a: a, undone: !suspect, left: !queued}
 	// The give-back unlock has a request id of its own, fixed across
 	// retries: its latch makes a retry whose first reply was lost return the
 	// first outcome instead of releasing a second hold.
-	unlockArgs := m.unlockArgs(a.LeaseMs)
-	unlockArgs.RequestID = a.AcquireID + "g"
-	work := func(ctx context.Context) error {
-		if !undone {
-			held, err := call(ctx, func(ctx context.Context) (bool, error) {
-				return m.S.Scripts().Abandon(ctx, m.S.RDB, m.Keys, a)
-			})
-			if err != nil && !permanent(err) {
-				return err
-			}
-			// A permanent error (a key of another type) is not retried:
-			// no try could do better.
-			undone, needUnlock = true, held && err == nil
-		}
-		if needUnlock {
-			unlockArgs.NowMs = m.S.WallMs()
-			ua := unlockArgs
-			if _, err := call(ctx, func(ctx context.Context) (wire.UnlockResult, error) {
-				return m.E.Unlock(ctx, ua)
-			}); err != nil && !permanent(err) {
-				return err
-			}
-			needUnlock = false
-		}
-		if !left {
-			if err := callErr(ctx, ctx.Done() == nil, nil, func(ctx context.Context) error { return m.E.GiveUp(ctx, a) }); err != nil && !permanent(err) {
-				return err
-			}
-			left = true
-		}
-		return nil
-	}
+	g.unlockArgs = m.unlockArgs(a.LeaseMs)
+	g.unlockArgs.RequestID = a.AcquireID + "g"
 	if slot == 0 {
 		slot = cfg.WaitSlot
 	}
 	// The work runs in the background and the caller waits for it at most
 	// CleanupTime: a call still in flight then is not abandoned and sent
 	// again, it goes on (a slow network costs its round trips once).
-	done := m.S.runCleanup(time.Now().Add(max(slot, cfg.Lease, cfg.LatchTTL)), !queued, work)
+	done := m.S.runCleanup(time.Now().Add(max(slot, cfg.Lease, cfg.LatchTTL)), !queued, g.run)
 	// Until it is settled, this handle's next acquisitions wait: a hold a
 	// copy took must be given back before the handle can hold anew, or the
 	// give-back could release the new hold instead; and a queue place left
@@ -259,13 +227,17 @@ func (m *Mutex) cleanup(ctx context.Context, a wire.Args, queued, suspect bool, 
 	m.mu.Lock()
 	m.settling = append(m.settling, done)
 	m.mu.Unlock()
-	// The caller waits for it at most CleanupTime, and not past its ctx:
-	// a call returns when its ctx ends, the give-back goes on.
+	awaitCleanup(ctx, done, cfg.CleanupTime)
+}
+
+// awaitCleanup waits for a cleanup (done) at most bound, and not past ctx
+// (nil: no ctx): a call returns when its ctx ends, the give-back goes on.
+func awaitCleanup(ctx context.Context, done <-chan struct{}, bound time.Duration) {
 	var ended <-chan struct{}
 	if ctx != nil {
 		ended = ctx.Done()
 	}
-	t := time.NewTimer(cfg.CleanupTime)
+	t := time.NewTimer(bound)
 	defer t.Stop()
 	select {
 	case <-done:
@@ -279,6 +251,71 @@ func (m *Mutex) cleanup(ctx context.Context, a wire.Args, queued, suspect bool, 
 		case <-t.C:
 		}
 	}
+}
+
+// giveBack is the work of one cleanup, in three steps each done once
+// however often run is retried: void the request (when a copy may have
+// reached Redis), give back the hold a copy took, leave the queue.
+type giveBack struct {
+	m                        *Mutex
+	a, unlockArgs            wire.Args
+	undone, needUnlock, left bool
+}
+
+func (g *giveBack) run(ctx context.Context) error {
+	for _, step := range []func(context.Context) error{g.void, g.unlock, g.leave} {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// void voids the request (abandon.lua) and learns whether a copy took the
+// lock. A permanent error (a key of another type) is not retried: no try
+// could do better.
+func (g *giveBack) void(ctx context.Context) error {
+	if g.undone {
+		return nil
+	}
+	m := g.m
+	held, err := call(ctx, func(ctx context.Context) (bool, error) {
+		return m.S.Scripts().Abandon(ctx, m.S.RDB, m.Keys, g.a)
+	})
+	if err != nil && !permanent(err) {
+		return err
+	}
+	g.undone, g.needUnlock = true, held && err == nil
+	return nil
+}
+
+// unlock gives back the hold a copy of the request took.
+func (g *giveBack) unlock(ctx context.Context) error {
+	if !g.needUnlock {
+		return nil
+	}
+	m := g.m
+	g.unlockArgs.NowMs = m.S.WallMs()
+	ua := g.unlockArgs
+	if _, err := call(ctx, func(ctx context.Context) (wire.UnlockResult, error) {
+		return m.E.Unlock(ctx, ua)
+	}); err != nil && !permanent(err) {
+		return err
+	}
+	g.needUnlock = false
+	return nil
+}
+
+// leave takes the waiter out of the queue (the engine's GiveUp).
+func (g *giveBack) leave(ctx context.Context) error {
+	if g.left {
+		return nil
+	}
+	if err := callErr(ctx, ctx.Done() == nil, nil, func(ctx context.Context) error { return g.m.E.GiveUp(ctx, g.a) }); err != nil && !permanent(err) {
+		return err
+	}
+	g.left = true
+	return nil
 }
 
 // ctxEndSlack is how long a call whose ctx ended may still wait for its

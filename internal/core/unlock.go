@@ -42,41 +42,17 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		leaseMs = h.leaseMs
 	}
 	m.mu.Unlock()
-	a := m.unlockArgs(leaseMs)
-	var res wire.UnlockResult
-	var err error
-	fresh := false
-	for try := 0; try < unlockRetries; try++ {
-		a.NowMs = m.S.WallMs()
-		args := a // the call may outlive this try: it gets its own copy
-		res, err = callC(ctx, m.S.inline(ctx), nil, func(ctx context.Context) (wire.UnlockResult, error) { return m.E.Unlock(ctx, args) })
-		if isTryAgain(err) && ctx.Err() == nil {
-			// A slot migration: nothing ran. Wait for it, within ctx.
-			try--
-			select {
-			case <-time.After(100 * time.Millisecond):
-			case <-ctx.Done():
-			}
-			continue
-		}
-		if err == nil || isScriptError(err) {
-			break
-		}
-		if ctx.Err() != nil {
-			if fresh {
-				break
-			}
-			// ctx ended during the call: finish on a fresh context. The
-			// same request id makes a repeat return the first outcome.
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), m.S.Config.CleanupTime)
-			defer cancel()
-			fresh = true
-		}
-	}
+	res, err := m.sendUnlock(ctx, m.unlockArgs(leaseMs))
 	if err != nil {
 		return fmt.Errorf("fairlock: unlock %q: %w", m.Keys.Name, err)
 	}
+	return m.unlocked(h, res)
+}
+
+// unlocked applies the reply of this handle's unlock to its hold h (nil:
+// none): one hold fewer, the hold released, or not held (the hold, if any,
+// ends as lost).
+func (m *Mutex) unlocked(h *hold, res wire.UnlockResult) error {
 	switch res {
 	case wire.StillHeld:
 		m.mu.Lock()
@@ -168,4 +144,43 @@ func isScriptError(err error) bool {
 	}
 	var re redis.Error
 	return errors.As(err, &re)
+}
+
+// sendUnlock runs the unlock script with a, retried: through a slot
+// migration (TRYAGAIN: nothing ran), and when ctx ends during the call, once
+// more on a fresh context bounded by the cleanup timeout (the same request
+// id makes a repeat return the first outcome). A script error is final.
+func (m *Mutex) sendUnlock(ctx context.Context, a wire.Args) (wire.UnlockResult, error) {
+	var res wire.UnlockResult
+	var err error
+	fresh := false
+	for try := 0; try < unlockRetries; try++ {
+		a.NowMs = m.S.WallMs()
+		args := a // the call may outlive this try: it gets its own copy
+		res, err = callC(ctx, m.S.inline(ctx), nil, func(ctx context.Context) (wire.UnlockResult, error) { return m.E.Unlock(ctx, args) })
+		if isTryAgain(err) && ctx.Err() == nil {
+			// A slot migration: nothing ran. Wait for it, within ctx.
+			try--
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		if err == nil || isScriptError(err) {
+			break
+		}
+		if ctx.Err() != nil {
+			if fresh {
+				break
+			}
+			// ctx ended during the call: finish on a fresh context. The
+			// same request id makes a repeat return the first outcome.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), m.S.Config.CleanupTime)
+			defer cancel()
+			fresh = true
+		}
+	}
+	return res, err
 }
