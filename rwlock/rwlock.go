@@ -57,7 +57,7 @@ type Lock struct {
 // to Redis.
 func New(c *fairlock.Client, name string, opts ...fairlock.LockOption) (*RWMutex, error) {
 	half := func(write bool, opts []Option) (*Lock, error) {
-		h, m, _, err := core.NewLock[fairlock.Handle](c, name, opts, func(s *core.Session, k wire.Keys, _ core.LockConfig) (core.Engine, error) {
+		h, m, err := core.NewLock[fairlock.Handle](c, name, opts, func(s *core.Session, k wire.Keys, _ core.LockConfig) (core.Engine, error) {
 			return engine{s: s, k: k, write: write}, nil
 		})
 		if err != nil {

@@ -27,42 +27,42 @@ func RegisterHandles(plain, fenced func(*Mutex) any) { wrapPlain, wrapFenced = p
 
 // NewLock is the preamble of every lock package's New: it applies the
 // options (refusing a nil one), checks them, and returns the public handle
-// H (fairlock.Handle or fairlock.FencedHandle) over a new Mutex, the Mutex
-// and the options applied.
-func NewLock[H any, O ~func(*LockConfig)](client any, name string, opts []O, e EngineMaker) (H, *Mutex, LockConfig, error) {
+// H (fairlock.Handle or fairlock.FencedHandle) over a new Mutex, and the
+// Mutex.
+func NewLock[H any, O ~func(*LockConfig)](client any, name string, opts []O, e EngineMaker) (H, *Mutex, error) {
 	var zero H
 	var cfg LockConfig
 	for i, f := range opts {
 		if f == nil {
-			return zero, nil, cfg, fmt.Errorf("%w: option %d is nil", ErrInvalidValue, i)
+			return zero, nil, fmt.Errorf("%w: option %d is nil", ErrInvalidValue, i)
 		}
 		f(&cfg)
 	}
 	if cfg.SlotSet && cfg.Slot < time.Millisecond {
-		return zero, nil, cfg, fmt.Errorf("%w: wait slot %v (must be at least 1ms)", ErrInvalidValue, cfg.Slot)
+		return zero, nil, fmt.Errorf("%w: wait slot %v (must be at least 1ms)", ErrInvalidValue, cfg.Slot)
 	}
 	s := Of(client)
-	m, err := NewMutex(s, func(wire.Keys) Engine { return nil }, name, cfg.ThreadID)
+	m, err := newMutex(s, name, cfg.ThreadID)
 	if err != nil {
-		return zero, nil, cfg, err
+		return zero, nil, err
 	}
 	if m.E, err = e(s, m.Keys, cfg); err != nil {
-		return zero, nil, cfg, err
+		return zero, nil, err
 	}
 	if q, ok := m.E.(interface{ Queued() bool }); ok {
 		m.Queue = q.Queued()
 	}
 	m.Slot = cfg.Slot
 	if h, ok := wrapPlain(m).(H); ok {
-		return h, m, cfg, nil
+		return h, m, nil
 	}
-	return wrapFenced(m).(H), m, cfg, nil
+	return wrapFenced(m).(H), m, nil
 }
 
 // New is NewLock for a lock type L that only wraps its handle: wrap makes
 // the L of a new handle H and its Mutex.
 func New[H, L any, O ~func(*LockConfig)](client any, name string, opts []O, e EngineMaker, wrap func(H, *Mutex) L) (L, error) {
-	h, m, _, err := NewLock[H](client, name, opts, e)
+	h, m, err := NewLock[H](client, name, opts, e)
 	if err != nil {
 		var zero L
 		return zero, err

@@ -81,9 +81,9 @@ func validity(sent time.Time, leaseMs int64) time.Time {
 	return sent.Add(l - Drift(l))
 }
 
-// NewMutex validates name and builds a handle with a fresh owner id, or
-// with threadID when it is positive.
-func NewMutex(s *Session, e func(wire.Keys) Engine, name string, threadID int64) (*Mutex, error) {
+// newMutex validates name and builds a handle (no engine yet: NewLock sets
+// it) with a fresh owner id, or with threadID when it is positive.
+func newMutex(s *Session, name string, threadID int64) (*Mutex, error) {
 	if s == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidValue)
 	}
@@ -97,7 +97,7 @@ func NewMutex(s *Session, e func(wire.Keys) Engine, name string, threadID int64)
 		threadID = s.NewThreadID()
 	}
 	k := wire.KeysFor(name)
-	return &Mutex{S: s, E: e(k), Keys: k, Owner: wire.Owner(s.ID, threadID), ThreadID: threadID}, nil
+	return &Mutex{S: s, Keys: k, Owner: wire.Owner(s.ID, threadID), ThreadID: threadID}, nil
 }
 
 // Forever, as AcquireOpts.Wait, waits until the lock is acquired or ctx ends.
