@@ -244,6 +244,10 @@ func (q *acquisition) attempt() (bool, int64, error) {
 func (q *acquisition) confirm() error {
 	m := q.m
 	err := callErr(q.ctx, m.S.inline(q.ctx), q.closing, func(ctx context.Context) error {
+		if hc, ok := m.E.(HeldChecker); ok {
+			sc, keys, args := hc.HeldScript(m.Owner)
+			return m.S.confirm(ctx, m.Keys.Name, heldCheck{sc, keys, args})
+		}
 		return m.S.ConfirmAcquire(ctx, m.Keys.Name, m.Owner)
 	})
 	switch {

@@ -280,6 +280,9 @@ func (g *giveBack) void(ctx context.Context) error {
 	}
 	m := g.m
 	held, err := call(ctx, func(ctx context.Context) (bool, error) {
+		if v, ok := m.E.(Voider); ok {
+			return v.Abandon(ctx, g.a)
+		}
 		return m.S.Scripts().Abandon(ctx, m.S.RDB, m.Keys, g.a)
 	})
 	if err != nil && !permanent(err) {

@@ -136,6 +136,20 @@ func parseConnectedReplicas(info string) int {
 // the caller must undo the acquisition (Mutex.Acquire does, through its
 // cleanup of an ambiguous attempt).
 func (s *Session) ConfirmAcquire(ctx context.Context, name, owner string) error {
+	return s.confirm(ctx, name, heldCheck{confirmScript, []string{name}, []any{owner}})
+}
+
+// heldCheck is the script the replica acknowledgement runs before and after
+// WAIT (see confirmSource and HeldChecker).
+type heldCheck struct {
+	sc   *redis.Script
+	keys []string
+	args []any
+}
+
+// confirm is ConfirmAcquire with the hold checked by c, on the primary that
+// serves key.
+func (s *Session) confirm(ctx context.Context, name string, c heldCheck) error {
 	if s.Config.ReplicaAck < 0 {
 		return nil
 	}
@@ -145,7 +159,7 @@ func (s *Session) ConfirmAcquire(ctx context.Context, name, owner string) error 
 	}
 	asking := false
 	for try := 0; ; try++ {
-		err = s.confirmOn(ctx, node, asking, name, owner)
+		err = s.confirmOn(ctx, node, asking, name, c)
 		if err == nil {
 			return nil
 		}
@@ -189,18 +203,17 @@ func masterAt(ctx context.Context, cc *redis.ClusterClient, addr string) *redis.
 	return found
 }
 
-func (s *Session) confirmOn(ctx context.Context, node *redis.Client, asking bool, name, owner string) error {
+func (s *Session) confirmOn(ctx context.Context, node *redis.Client, asking bool, name string, c heldCheck) error {
 	n, err := s.replicas(ctx, node)
 	if err != nil || n == 0 {
 		return err
 	}
-	var held, wait *redis.Cmd
-	var still *redis.BoolCmd
+	var held, wait, still *redis.Cmd
 	_, err = node.Pipelined(ctx, func(p redis.Pipeliner) error {
 		if asking {
 			p.Do(ctx, "asking")
 		}
-		held = confirmScript.Eval(ctx, p, []string{name}, owner)
+		held = c.sc.Eval(ctx, p, c.keys, c.args...)
 		// Keep the ack timeout under the client's read timeout (3 s by
 		// default): the pipeline's reply is read with that timeout.
 		wait = p.Do(ctx, "wait", n, s.Config.ReplicaAck.Milliseconds())
@@ -211,7 +224,7 @@ func (s *Session) confirmOn(ctx context.Context, node *redis.Client, asking bool
 		if asking {
 			p.Do(ctx, "asking")
 		}
-		still = p.HExists(ctx, name, owner)
+		still = c.sc.Eval(ctx, p, c.keys, c.args...)
 		return nil
 	})
 	if err == nil {
@@ -227,9 +240,9 @@ func (s *Session) confirmOn(ctx context.Context, node *redis.Client, asking bool
 	if err != nil {
 		return err
 	}
-	if ok, err := still.Result(); err != nil {
+	if v, err := still.Int64(); err != nil {
 		return err
-	} else if !ok {
+	} else if v != 1 {
 		return fmt.Errorf("%w: %w: %q: gone from the primary while waiting for a replica", errLostDuringAck, ErrLost, name)
 	}
 	if acked < int64(n) {

@@ -59,10 +59,11 @@ type Session struct {
 	bgCtx    context.Context // ended when Close is done: background cleanups stop
 	bgStop   context.CancelFunc
 	life     sync.Mutex
-	active   sync.WaitGroup // Acquire calls in progress
-	bg       sync.WaitGroup // background cleanups
-	held     map[*Mutex]int // handles with a current hold
-	watching bool           // watch runs (from the first hold on)
+	active   sync.WaitGroup              // Acquire calls in progress
+	bg       sync.WaitGroup              // background cleanups
+	held     map[*Mutex]int              // handles with a current hold
+	kinds    map[watchdog.Kind]RenewEach // renewal of each watchdog kind (guarded by life)
+	watching bool                        // watch runs (from the first hold on)
 }
 
 // WallMs is the client's wall clock in Unix milliseconds, as the fair-lock
@@ -98,23 +99,51 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		slot = Slot
 	}
-	leaseMs := cfg.Lease.Milliseconds()
-	s.Watchdog = watchdog.New(s.renewFunc(func(ctx context.Context, names, owners []string) ([]wire.RenewStatus, error) {
-		return s.Scripts().RenewEach(ctx, s.RDB, names, owners, leaseMs)
-	}), slot, cfg.Lease, cfg.RenewBatch)
-	s.Watchdog.SetRenew(KindRW, s.renewFunc(func(ctx context.Context, names, owners []string) ([]wire.RenewStatus, error) {
-		return s.Scripts().RWRenewEach(ctx, s.RDB, names, owners, leaseMs)
-	}))
+	s.kinds = map[watchdog.Kind]RenewEach{
+		watchdog.KindLock: func(ctx context.Context, s *Session, names, owners []string, leaseMs int64) ([]wire.RenewStatus, error) {
+			return s.Scripts().RenewEach(ctx, s.RDB, names, owners, leaseMs)
+		},
+		KindRW: func(ctx context.Context, s *Session, names, owners []string, leaseMs int64) ([]wire.RenewStatus, error) {
+			return s.Scripts().RWRenewEach(ctx, s.RDB, names, owners, leaseMs)
+		},
+	}
+	s.Watchdog = watchdog.New(s.renewFunc(s.kinds[watchdog.KindLock]), slot, cfg.Lease, cfg.RenewBatch)
+	s.Watchdog.SetRenew(KindRW, s.renewFunc(s.kinds[KindRW]))
 	return s, nil
+}
+
+// RenewEach renews names[i] for owners[i] to leaseMs (one script call; all
+// names in one slot): a watchdog kind's renewal, also used to re-assert a
+// grant whose reply came late.
+type RenewEach func(ctx context.Context, s *Session, names, owners []string, leaseMs int64) ([]wire.RenewStatus, error)
+
+// Watchdog kinds of the primitives outside package core that register their
+// renewal with RegisterKind: their holds are not fields of a lock hash.
+const (
+	KindSemaphore     watchdog.Kind = 2 // the permit-expirable semaphore's permits
+	KindFairSemaphore watchdog.Kind = 3 // the fair semaphore's holders
+)
+
+// RegisterKind makes r the renewal of watchdog kind k in this session (once:
+// a kind already registered keeps its renewal).
+func (s *Session) RegisterKind(k watchdog.Kind, r RenewEach) {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if _, ok := s.kinds[k]; ok {
+		return
+	}
+	s.kinds[k] = r
+	s.Watchdog.SetRenew(k, s.renewFunc(r))
 }
 
 // KindRW is the watchdog kind of read-write lock holds (rw_renew.lua).
 const KindRW watchdog.Kind = 1
 
 // renewFunc adapts a renewal script call to the watchdog.
-func (s *Session) renewFunc(f func(ctx context.Context, names, owners []string) ([]wire.RenewStatus, error)) watchdog.RenewFunc {
+func (s *Session) renewFunc(f RenewEach) watchdog.RenewFunc {
+	leaseMs := s.Config.Lease.Milliseconds()
 	return func(ctx context.Context, names, owners []string) ([]watchdog.Status, error) {
-		st, err := call(ctx, func(ctx context.Context) ([]wire.RenewStatus, error) { return f(ctx, names, owners) })
+		st, err := call(ctx, func(ctx context.Context) ([]wire.RenewStatus, error) { return f(ctx, s, names, owners, leaseMs) })
 		if err != nil {
 			if !isScriptError(err) {
 				s.connError()
@@ -452,11 +481,13 @@ func ThreadLabel(id int64) string { return strconv.FormatInt(id, 10) }
 // script of the hold's watchdog kind, with leaseMs): held reports whether
 // owner still held it.
 func (s *Session) reassert(ctx context.Context, kind watchdog.Kind, name, owner string, leaseMs int64) (bool, error) {
-	renew := s.Scripts().RenewEach
-	if kind == KindRW {
-		renew = s.Scripts().RWRenewEach
+	s.life.Lock()
+	renew := s.kinds[kind]
+	s.life.Unlock()
+	if renew == nil {
+		return false, fmt.Errorf("fairlock: no renewal for watchdog kind %d", kind)
 	}
-	st, err := renew(ctx, s.RDB, []string{name}, []string{owner}, leaseMs)
+	st, err := renew(ctx, s, []string{name}, []string{owner}, leaseMs)
 	if err != nil {
 		return false, err
 	}
