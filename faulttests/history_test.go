@@ -145,6 +145,8 @@ type Window struct {
 	DoneErr    string        // Err() when Done was seen closed
 	DoneClosed bool          // DoneErr matches fairlock.ErrClosed
 	ValidUntil time.Duration // last ValidUntil sampled while held; Never: not available
+	Permits    int           // a semaphore hold's permits (0: a lock's hold)
+	Token      int64         // the acquisition's fencing token (0: none recorded)
 }
 
 // End is where the window ends, and by what.
@@ -243,6 +245,7 @@ type History struct {
 
 	mu       sync.Mutex
 	Locks    map[string]LockKind
+	Pools    map[string]int // a semaphore's permits (checkers_sem_test.go)
 	Calls    []*Call
 	Windows  []*Window
 	Joins    []Join
@@ -254,7 +257,7 @@ type History struct {
 
 // NewHistory starts a history whose clock reads 0 now.
 func NewHistory() *History {
-	return &History{base: time.Now(), Locks: map[string]LockKind{}}
+	return &History{base: time.Now(), Locks: map[string]LockKind{}, Pools: map[string]int{}}
 }
 
 // Now is the history's clock.
