@@ -44,10 +44,13 @@ if latchTTL > 0 then
         return redis.error_reply('fairlock: acquisition request already granted and its hold is over')
     end
 end
--- A copy whose latch has expired: its first id is still held, so another
--- copy took the permits (not in Redisson, where it would take n more).
-if redis.call('zscore', KEYS[2], ARGV[6]) then
-    return 'OK'
+-- A copy sent without a latch, or whose latch has expired: one of its ids
+-- is still held, so another copy took the permits (not in Redisson, where
+-- it would take n more and add ids already there: permits lost).
+for i = 6, 5 + n do
+    if redis.call('zscore', KEYS[2], ARGV[i]) then
+        return 'OK'
+    end
 end
 local now = sem_now(ARGV[3])
 sem_reclaim(KEYS[1], KEYS[2], KEYS[3], ARGV[5], now, n)
