@@ -11,6 +11,9 @@
 --             922337203685477 for a permit taken without a lease
 --   channel   "redisson_sc:{name}": the new count of available permits is
 --             published on it whenever permits come back
+--   token     "fairlock_sem_token:{name}" (ours, not Redisson's): a counter,
+--             INCRed by every grant of sem_acquire.lua (the fencing token of
+--             the Go acquisition); Redisson's scripts never touch it
 --
 -- "now" arguments: a Unix ms instant (Redisson's contract: the caller's
 -- clock), or -1 for the Redis server's own clock (TIME). Not in Redisson:
@@ -55,4 +58,29 @@ local function sem_reclaim(pool, timeouts, channel, pubcmd, now, limit)
         redis.call(pubcmd, channel, value)
     end
     return #expired
+end
+
+-- The raw permit ids of a hold's owner id: the ids' hex, joined with ','
+-- (package semaphore's Permit owner; not in Redisson).
+local function sem_owner_ids(owner)
+    local ids = {}
+    for h in string.gmatch(owner, '[^,]+') do
+        ids[#ids + 1] = (string.gsub(h, '..', function(x) return string.char(tonumber(x, 16)) end))
+    end
+    return ids
+end
+
+-- Whether every id of ids is held in timeouts: present with an expiry
+-- after now.
+local function sem_all_held(timeouts, ids, now)
+    if #ids == 0 then
+        return false
+    end
+    for _, id in ipairs(ids) do
+        local e = redis.call('zscore', timeouts, id)
+        if e == false or tonumber(e) <= now then
+            return false
+        end
+    end
+    return true
 end

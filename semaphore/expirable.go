@@ -13,27 +13,29 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
-	"github.com/fairlock-go/fairlock/internal/pubsub"
 	"github.com/fairlock-go/fairlock/internal/wire"
+	"github.com/redis/go-redis/v9"
 )
 
 // Expirable is a handle on a permit-expirable semaphore (Redisson's
 // RPermitExpirableSemaphore). It is safe for concurrent use and cheap to
-// make (NewExpirable talks to nobody); permits belong to whoever has their
-// ids, not to a handle. Make one with NewExpirable: on a zero Expirable
-// every call returns an error matching fairlock.ErrInvalidValue.
+// make (NewExpirable talks to nobody). Make one with NewExpirable: on a
+// zero Expirable every call returns an error matching
+// fairlock.ErrInvalidValue.
 //
-// Permit ids are 32 hex characters (16 random bytes, stored raw, as
-// Redisson shows and stores them). A lease of 0 takes a permit that never
-// expires (Redisson's -1); a positive lease makes the permit come back to
-// the pool that long after it was taken, on the Redis server's clock.
+// Acquire and TryAcquire return a Permit: one acquisition of n permits,
+// held like a lock (Done, Err, ValidUntil, Token, Release). Permit ids are
+// 32 hex characters (16 random bytes, stored raw, as Redisson shows and
+// stores them); the by-id calls (Release, TryRelease, TryReleaseAll,
+// UpdateLease, LeaseTime) take them, as Redisson's do, whoever took them (a
+// Java client included).
 //
 // Every call is bounded by its ctx. Bad input (n <= 0, a negative lease or
 // wait, an id that is not hex, a nil ctx) returns an error matching
@@ -55,7 +57,13 @@ func NewExpirable(c *fairlock.Client, name string) (*Expirable, error) {
 	if err := wire.ValidateName(name); err != nil {
 		return nil, err
 	}
+	s.RegisterKind(core.KindSemaphore, renewEach)
 	return &Expirable{s: s, name: name, k: wire.SemKeysFor(name)}, nil
+}
+
+// renewEach is the watchdog's renewal of permits (sem_renew.lua).
+func renewEach(ctx context.Context, s *core.Session, names, owners []string, leaseMs int64) ([]wire.RenewStatus, error) {
+	return s.Scripts().SemRenewEach(ctx, s.RDB, names, owners, leaseMs)
 }
 
 // Name is the semaphore's name (its pool's key).
@@ -65,12 +73,6 @@ func (e *Expirable) Name() string { return e.name }
 // a message lost (a pub/sub reconnect, a Java client's publish to a
 // channel a Go waiter subscribed late to) costs at most this.
 const maxSleep = 2 * time.Second
-
-// Retry backoff after a transient error.
-const (
-	retryMin = 25 * time.Millisecond
-	retryMax = time.Second
-)
 
 var errZero = fmt.Errorf("%w: zero semaphore.Expirable (use NewExpirable)", fairlock.ErrInvalidValue)
 
@@ -84,150 +86,59 @@ func (e *Expirable) check(ctx context.Context) error {
 	return nil
 }
 
-// Acquire takes n permits, waiting until they are free or ctx ends. A
-// lease of 0 takes permits that never expire. It returns the permits' ids.
+// Acquire takes n permits, waiting until they are free or ctx ends.
 //
-// The rule when ctx ends: Acquire returns either the ids with a nil error,
-// and then the caller has the permits (even if ctx ended meanwhile: the
-// reply came first), or an error matching fairlock.ErrCanceled and
+// With lease 0 the permits are kept by the client's watchdog: they expire
+// one client lease (fairlock.WithLease) after the last renewal, so a
+// holder that crashes or loses Redis gives them back within that lease
+// (Redisson's permit without a lease never expires, and is lost for good
+// when its holder crashes; this package has no way to take such a permit).
+// A positive lease (at least 10 ms) makes the permits come back that long
+// after they were taken, on the Redis server's clock, renewed by nobody.
+//
+// The rule when ctx ends: Acquire returns either a Permit with a nil
+// error, and then the caller has the permits (even if ctx ended meanwhile:
+// the reply came first), or an error matching fairlock.ErrCanceled and
 // ctx.Err(), and then the caller has nothing: permits that its request took
 // in Redis after it stopped waiting are given back in the background (the
 // request's latch also keeps a late copy of it from taking any), so no
 // permit is lost. Close ends the wait with fairlock.ErrClosed.
-func (e *Expirable) Acquire(ctx context.Context, n int, lease time.Duration) ([]string, error) {
-	return e.acquire(ctx, n, -1, lease)
+func (e *Expirable) Acquire(ctx context.Context, n int, lease time.Duration) (*Permit, error) {
+	return e.acquire(ctx, n, core.Forever, lease)
 }
 
 // TryAcquire takes n permits, waiting at most wait for them (0: one
-// attempt). It returns nil ids and a nil error when the wait ran out, and
-// follows Acquire's rule when ctx ends first.
-func (e *Expirable) TryAcquire(ctx context.Context, n int, wait, lease time.Duration) ([]string, error) {
+// attempt). It returns a nil Permit and a nil error when the wait ran out,
+// and follows Acquire's rules otherwise.
+func (e *Expirable) TryAcquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
 	if wait < 0 {
 		return nil, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, wait)
 	}
 	return e.acquire(ctx, n, wait, lease)
 }
 
-func (e *Expirable) acquire(ctx context.Context, n int, wait, lease time.Duration) ([]string, error) {
+// acquire runs one acquisition on the library's wait loop: a hold
+// (core.NewHold) whose owner is the acquisition's permit ids (wire.SemOwner)
+// and whose engine runs the semaphore's scripts.
+func (e *Expirable) acquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
 	if err := e.check(ctx); err != nil {
 		return nil, err
 	}
 	if n <= 0 || lease < 0 {
 		return nil, fmt.Errorf("%w: %d permits, lease %v", fairlock.ErrInvalidValue, n, lease)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, core.Canceled(err)
+	raw := newIDs(n)
+	owner := wire.SemOwner(raw)
+	m, err := core.NewHold(e.s, e.name, owner, &engine{s: e.s, k: e.k, ids: raw}, core.KindSemaphore, false)
+	if err != nil {
+		return nil, err
 	}
-	if !e.s.Begin() {
-		return nil, fairlock.ErrClosed
+	var token int64
+	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Token: &token})
+	if err != nil || !ok {
+		return nil, err
 	}
-	defer e.s.End()
-	leaseMs := wire.NoLease
-	if lease > 0 {
-		leaseMs = max(1, lease.Milliseconds())
-	}
-	var deadline time.Time
-	if wait >= 0 {
-		deadline = time.Now().Add(wait)
-	}
-	expired := func() bool { return !deadline.IsZero() && !time.Now().Before(deadline) }
-	var w *pubsub.Waiter
-	defer func() {
-		if w != nil {
-			w.Close()
-		}
-	}()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	backoff := retryMin
-	var lastErr error
-	for {
-		ids, waitMs, err := e.attempt(ctx, n, leaseMs)
-		sleep := maxSleep
-		switch {
-		case err == nil && ids != nil:
-			return ids, nil
-		case ctx.Err() != nil || e.s.Closed():
-			return nil, e.ended(ctx, lastErr)
-		case err != nil && core.Transient(err):
-			lastErr = err
-			sleep = backoff/2 + rand.N(backoff/2+1)
-			backoff = min(2*backoff, retryMax)
-		case err != nil:
-			return nil, fmt.Errorf("semaphore %q: acquire: %w", e.name, err)
-		default:
-			lastErr = nil
-			backoff = retryMin
-			if waitMs > 0 {
-				sleep = min(sleep, time.Duration(waitMs)*time.Millisecond)
-			}
-		}
-		if expired() {
-			if lastErr != nil {
-				return nil, fmt.Errorf("semaphore %q: acquire: %w", e.name, lastErr)
-			}
-			return nil, nil
-		}
-		if w == nil && lastErr == nil {
-			w, err = e.subscribe(ctx, deadline)
-			switch {
-			case err == nil:
-				continue // try again at once: permits may have come back meanwhile
-			case ctx.Err() != nil || e.s.Closed():
-				return nil, e.ended(ctx, nil)
-			case expired():
-				return nil, nil
-			case !core.Transient(err):
-				return nil, fmt.Errorf("semaphore %q: subscribe: %w", e.name, err)
-			}
-			lastErr = err
-			w = nil
-		}
-		if !deadline.IsZero() {
-			sleep = min(sleep, time.Until(deadline))
-		}
-		timer.Reset(max(sleep, 0))
-		var wake <-chan struct{}
-		if w != nil {
-			wake = w.C()
-		}
-		select {
-		case <-wake:
-		case <-timer.C:
-		case <-ctx.Done():
-			return nil, e.ended(ctx, lastErr)
-		case <-e.s.Closing():
-			return nil, fairlock.ErrClosed
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-	}
-}
-
-// ended is the error of a wait ended by ctx or Close.
-func (e *Expirable) ended(ctx context.Context, last error) error {
-	if ctx.Err() == nil && e.s.Closed() {
-		return fairlock.ErrClosed
-	}
-	if last != nil {
-		return fmt.Errorf("%w: %w", core.Canceled(ctx.Err()), last)
-	}
-	return core.Canceled(ctx.Err())
-}
-
-func (e *Expirable) subscribe(ctx context.Context, deadline time.Time) (*pubsub.Waiter, error) {
-	sctx, unbind := e.s.Bind(ctx)
-	defer unbind()
-	if !deadline.IsZero() {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithDeadline(sctx, deadline)
-		defer cancel()
-	}
-	return e.s.Hub.Subscribe(sctx, e.k.Channel)
+	return &Permit{m: m, ids: strings.Split(owner, ","), token: token}, nil
 }
 
 // newIDs makes n permit ids, raw.
@@ -241,53 +152,104 @@ func newIDs(n int) []string {
 	return ids
 }
 
-type acquireReply struct {
-	ok     bool
-	waitMs int64
+// Permit is one acquisition of permits, held like a lock: until Release,
+// the end of its lease (an explicit lease, or the watchdog's when a renewal
+// fails), a release of its ids by id (here or by a Java client), or Close.
+// Its methods are safe for concurrent use.
+type Permit struct {
+	m     *core.Mutex
+	ids   []string
+	token int64
 }
 
-// attempt sends one acquisition request with fresh ids. When its outcome
-// is unknown (the call failed, or ctx or Close ended it before the reply)
-// the request is given up in the background (sem_abandon.lua): permits it
-// took come back and a late copy takes none.
-func (e *Expirable) attempt(ctx context.Context, n int, leaseMs int64) ([]string, int64, error) {
-	a := wire.SemAcquireArgs{
-		IDs: newIDs(n), LeaseMs: leaseMs, NowMs: wire.ServerClock,
-		LatchMs: e.s.Config.LatchTTL.Milliseconds(), PubCmd: e.s.PubCmd(),
-	}
-	bctx, unbind := e.s.Bind(ctx)
-	r, err := core.Call(bctx, func(ctx context.Context) (acquireReply, error) {
-		ok, w, err := e.s.Scripts().SemAcquire(ctx, e.s.RDB, e.k, a)
-		return acquireReply{ok, w}, err
-	})
-	unbind()
-	switch {
-	case errors.Is(err, wire.ErrAbandoned), errors.Is(err, wire.ErrGrantOver):
-		return nil, 0, nil // cannot happen with fresh ids; nothing held
-	case err != nil && !core.IsScriptError(err):
-		e.abandon(a)
-		return nil, 0, err
-	case err != nil:
-		return nil, 0, err
-	case !r.ok:
-		return nil, r.waitMs, nil
-	}
-	out := make([]string, n)
-	for i, id := range a.IDs {
-		out[i] = hex.EncodeToString([]byte(id))
-	}
-	return out, 0, nil
+// IDs are the permits' ids (32 hex characters each), as Redisson shows
+// them: Expirable's by-id calls and a Java client take them.
+func (p *Permit) IDs() []string { return slices.Clone(p.ids) }
+
+// Token is the acquisition's fencing token: every acquisition through this
+// package gets a larger one than any acquisition of the same semaphore
+// before it (a counter of ours, "fairlock_sem_token:{name}", that
+// Redisson's acquisitions do not touch).
+func (p *Permit) Token() int64 { return p.token }
+
+// Release gives the permits back (all of them; with retries, as a lock's
+// Unlock). It returns an error matching fairlock.ErrNotHeld when one of
+// them was no longer held (expired, or released by id): what was left of
+// them came back all the same. After Close it returns fairlock.ErrClosed.
+func (p *Permit) Release(ctx context.Context) error { return p.m.Unlock(ctx) }
+
+// Done returns a channel closed when the permits are no longer held:
+// released, lost (see Err), or ended by Close.
+func (p *Permit) Done() <-chan struct{} { return p.m.Done() }
+
+// Err says why the permits are no longer held: nil while held or after
+// Release, an error matching fairlock.ErrLost when they were lost (a lease
+// ran out, a renewal found them gone), fairlock.ErrClosed when the client
+// was closed while they were held (Close gives them back).
+func (p *Permit) Err() error { return p.m.Err() }
+
+// ValidUntil is the local instant until which the permits are held for
+// sure (the latest grant's or renewal's send time plus the lease, less a
+// drift margin); zero once they are not held.
+func (p *Permit) ValidUntil() time.Time { return p.m.ValidUntil() }
+
+// engine runs the semaphore's scripts for one acquisition (core.Engine,
+// core.Voider, core.HeldChecker): ids are its permits, raw.
+type engine struct {
+	s   *core.Session
+	k   wire.SemKeys
+	ids []string
 }
 
-// abandon gives up a request in the background, retried until Redis
-// answers, for as long as a copy of it could still take permits (the
-// latch's lifetime) and the session lives.
-func (e *Expirable) abandon(a wire.SemAcquireArgs) {
-	until := time.Now().Add(e.s.Config.LatchTTL)
-	e.s.Cleanup(until, func(ctx context.Context) error {
-		_, err := e.s.Scripts().SemAbandon(ctx, e.s.RDB, e.k, a.IDs, a.LatchMs, a.PubCmd)
-		return err
-	})
+func (g *engine) args(a wire.Args) wire.SemAcquireArgs {
+	sa := wire.SemAcquireArgs{IDs: g.ids, LeaseMs: a.LeaseMs, NowMs: wire.ServerClock, PubCmd: a.PubCmd}
+	if a.AcquireID != "" {
+		sa.Request, sa.LatchMs = a.AcquireID, max(a.LatchMs, 1)
+	}
+	return sa
+}
+
+// Try makes one attempt: acquired, ttlMs is the grant's token; otherwise
+// the time until the earliest permit expires, at most maxSleep.
+func (g *engine) Try(ctx context.Context, a wire.Args, _ bool) (bool, int64, error) {
+	ok, n, err := g.s.Scripts().SemAcquire(ctx, g.s.RDB, g.k, g.args(a))
+	if err != nil || ok {
+		return ok, n, err
+	}
+	if n < 0 || n > maxSleep.Milliseconds() {
+		n = maxSleep.Milliseconds()
+	}
+	return false, n, nil
+}
+
+// GiveUp: the semaphore has no queue.
+func (g *engine) GiveUp(context.Context, wire.Args) error { return nil }
+
+func (g *engine) release(ctx context.Context, a wire.Args) (bool, error) {
+	return g.s.Scripts().SemReleaseHold(ctx, g.s.RDB, g.k, g.ids, a.RequestID, a.LatchMs, wire.ServerClock, a.PubCmd)
+}
+
+func (g *engine) Unlock(ctx context.Context, a wire.Args) (wire.UnlockResult, error) {
+	ok, err := g.release(ctx, a)
+	if ok {
+		return wire.Released, err
+	}
+	return wire.NotHeld, err
+}
+
+func (g *engine) ForceUnlock(ctx context.Context, a wire.Args) (bool, error) { return g.release(ctx, a) }
+
+func (g *engine) WakeChannel(string) string { return g.k.Channel }
+
+// Abandon voids the request (sem_abandon.lua), which gives back whatever a
+// copy of it took: nothing is left for the caller to release.
+func (g *engine) Abandon(ctx context.Context, a wire.Args) (bool, error) {
+	_, err := g.s.Scripts().SemAbandon(ctx, g.s.RDB, g.k, g.args(a))
+	return false, err
+}
+
+func (g *engine) HeldScript(owner string) (*redis.Script, []string, []any) {
+	return g.s.Scripts().SemHeld(g.k, owner)
 }
 
 // rawIDs decodes permit ids (hex, as Acquire returns them).
@@ -306,14 +268,9 @@ func rawIDs(ids []string) ([]string, error) {
 	return out, nil
 }
 
-// call runs f bounded by ctx and the session's Close.
+// call runs f bounded by ctx (as every lock call: core.Call).
 func call[T any](e *Expirable, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	bctx, unbind := e.s.Bind(ctx)
-	defer unbind()
-	v, err := core.Call(bctx, f)
-	if err != nil && ctx.Err() == nil && e.s.Closed() {
-		return v, fairlock.ErrClosed
-	}
+	v, err := core.Call(ctx, f)
 	if err != nil {
 		err = fmt.Errorf("semaphore %q: %w", e.name, err)
 	}

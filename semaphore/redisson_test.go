@@ -164,19 +164,25 @@ func TestSemaphoreMixedWithRedissonScripts(t *testing.T) {
 		require.NoError(t, err)
 		assert.False(t, got, "Go sees Java's pool")
 
-		goIDs, err := s.Acquire(ctx, 1, 0)
+		goIDs, err := acq(s, ctx, 1, 0)
 		require.NoError(t, err)
 		javaIDs, reply := j.tryAcquire(t, 1, 0)
 		require.NotNil(t, javaIDs, "reply %v", reply)
 		none, reply := j.tryAcquire(t, 1, 0)
 		assert.Nil(t, none)
-		assert.Nil(t, reply, "no permit can expire: Redisson's nil")
-		assert.Equal(t, int64(-1), j.leaseTime(t, goIDs[0]), "Java reads a Go permit without lease as non-expiring")
+		r0, isStr := reply.(string)
+		require.True(t, isStr, "Java gets the nearest expiry (the Go permit's watchdog lease): %v", reply)
+		assert.True(t, strings.HasPrefix(r0, ":"), r0)
+		// A Go permit without lease is kept by the watchdog (the client's
+		// lease, 30 s by default), not Redisson's non-expiring score.
+		lt0 := j.leaseTime(t, goIDs[0])
+		assert.Greater(t, lt0, int64(20_000), "Java reads a Go permit's watchdog lease")
+		assert.LessOrEqual(t, lt0, int64(31_000), "Java reads a Go permit's watchdog lease")
 
 		// A Go waiter is woken by Java's release.
 		res := make(chan []string, 1)
 		go func() {
-			ids, err := s.Acquire(ctx, 1, 0)
+			ids, err := acq(s, ctx, 1, 0)
 			assert.NoError(t, err)
 			res <- ids
 		}()
@@ -207,7 +213,7 @@ func TestSemaphoreMixedWithRedissonScripts(t *testing.T) {
 		assert.Equal(t, int64(2), j.available(t))
 
 		// A Go lease is read by Java as an instant on its clock.
-		leased, err := s.Acquire(ctx, 1, time.Hour)
+		leased, err := acq(s, ctx, 1, time.Hour)
 		require.NoError(t, err)
 		assert.InDelta(t, time.Hour.Milliseconds(), j.leaseTime(t, leased[0]), 60_000)
 		_, reply = j.tryAcquire(t, 2, 0)
@@ -253,7 +259,7 @@ func TestSemaphoreCtxEndsAfterTheScriptRan(t *testing.T) {
 		require.NoError(t, err)
 		tctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
-		ids, err := s.Acquire(tctx, 2, 0)
+		ids, err := acq(s, tctx, 2, 0)
 		assert.Nil(t, ids)
 		assert.ErrorIs(t, err, fairlock.ErrCanceled)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)

@@ -28,16 +28,21 @@ const (
 	FileSemCounts         = "sem_counts.lua"
 	FileSemUpdateLease    = "sem_update_lease.lua"
 	FileSemLeaseTime      = "sem_lease_time.lua"
+	FileSemReleaseHold    = "sem_release_hold.lua"
+	FileSemRenew          = "sem_renew.lua"
+	FileSemHeld           = "sem_held.lua"
 	fileSemCommon         = "sem_common.lua"
 	semChannelPrefix      = "redisson_sc"
 	semTimeoutSuffix      = "timeout"
 	semAcquireLatchPrefix = acquireLatchPrefix
+	semTokenPrefix        = "fairlock_sem_token"
 )
 
 // SemFiles lists the semaphore's scripts; they are part of Files.
 var SemFiles = []string{
 	FileSemAcquire, FileSemAbandon, FileSemRelease, FileSemReleaseMany, FileSemTrySetPermits,
 	FileSemSetPermits, FileSemAddPermits, FileSemCounts, FileSemUpdateLease, FileSemLeaseTime,
+	FileSemReleaseHold, FileSemRenew, FileSemHeld,
 }
 
 func init() { Files = append(Files, SemFiles...) }
@@ -68,7 +73,11 @@ type SemKeys struct {
 	Pool     string // the name: available permits
 	Timeouts string // "{name}:timeout": permit id -> expiry
 	Channel  string // "redisson_sc:{name}"
-	latch    string // "fairlock_acquire_latch:{name}"
+	// Token is ours, not Redisson's: "fairlock_sem_token:{name}", a counter
+	// INCRed by every grant of sem_acquire.lua (the fencing tokens).
+	Token  string
+	latch  string // "fairlock_acquire_latch:{name}"
+	ulatch string // "redisson_unlock_latch:{name}"
 }
 
 // SemKeysFor returns the keys of the semaphore called name. It does not
@@ -78,15 +87,26 @@ func SemKeysFor(name string) SemKeys {
 		Pool:     name,
 		Timeouts: suffixName(name, semTimeoutSuffix),
 		Channel:  prefixName(semChannelPrefix, name),
+		Token:    prefixName(semTokenPrefix, name),
 		latch:    prefixName(semAcquireLatchPrefix, name),
+		ulatch:   prefixName(latchPrefix, name),
 	}
 }
 
 // Latch is the acquisition latch of the request whose first permit id is
-// firstID (raw bytes): "fairlock_acquire_latch:{name}:<hex of the id>".
+// firstID (raw bytes): "fairlock_acquire_latch:{name}:<hex of the id>". A
+// request with a request id uses RequestLatch instead.
 func (k SemKeys) Latch(firstID string) string {
 	return k.latch + ":" + hex.EncodeToString([]byte(firstID))
 }
+
+// RequestLatch is the acquisition latch of request id request:
+// "fairlock_acquire_latch:{name}:<request>".
+func (k SemKeys) RequestLatch(request string) string { return k.latch + ":" + request }
+
+// UnlockLatch is the latch of one release of a hold (sem_release_hold.lua):
+// "redisson_unlock_latch:{name}:<request>", the locks' unlock latch.
+func (k SemKeys) UnlockLatch(request string) string { return k.ulatch + ":" + request }
 
 // LatchPrefix is the prefix of every acquisition latch of the semaphore.
 func (k SemKeys) LatchPrefix() string { return k.latch + ":" }
@@ -99,21 +119,30 @@ func pub(cmd string) string {
 }
 
 // SemAcquireArgs are one acquisition request: its permit ids (raw bytes,
-// at least one; the first names the latch), lease (NoLease or ms), now
-// (ServerClock or Unix ms), latch lifetime (0: no latch) and publish
-// command.
+// at least one), request id (names the latch; "": the first id's hex does),
+// lease (NoLease or ms), now (ServerClock or Unix ms), latch lifetime (0:
+// no latch) and publish command.
 type SemAcquireArgs struct {
 	IDs     []string
+	Request string
 	LeaseMs int64
 	NowMs   int64
 	LatchMs int64
 	PubCmd  string
 }
 
-// SemAcquire runs sem_acquire.lua. It reports whether the permits were
-// taken, and otherwise how long until the earliest permit expires (ms, -1:
-// none can). Errors: ErrAbandoned, ErrGrantOver (copies of a request).
-func (s *Scripts) SemAcquire(ctx context.Context, rdb redis.Scripter, k SemKeys, a SemAcquireArgs) (acquired bool, waitMs int64, err error) {
+func (a SemAcquireArgs) latch(k SemKeys) string {
+	if a.Request != "" {
+		return k.RequestLatch(a.Request)
+	}
+	return k.Latch(a.IDs[0])
+}
+
+// SemAcquire runs sem_acquire.lua. It reports whether the permits are
+// held, and then n is the grant's fencing token; otherwise n is how long
+// until the earliest permit expires (ms, -1: none can). Errors:
+// ErrAbandoned, ErrGrantOver (copies of a request).
+func (s *Scripts) SemAcquire(ctx context.Context, rdb redis.Scripter, k SemKeys, a SemAcquireArgs) (acquired bool, n int64, err error) {
 	if len(a.IDs) == 0 {
 		return false, 0, fmt.Errorf("lua: SemAcquire needs at least one id")
 	}
@@ -123,26 +152,87 @@ func (s *Scripts) SemAcquire(ctx context.Context, rdb redis.Scripter, k SemKeys,
 		args = append(args, id)
 	}
 	args = append(args, a.LatchMs)
-	isOK, n, err := nilOrInt(s.Script(FileSemAcquire).Run(ctx, rdb,
-		[]string{k.Pool, k.Timeouts, k.Channel, k.Latch(a.IDs[0])}, args...))
+	v, err := s.Script(FileSemAcquire).Run(ctx, rdb,
+		[]string{k.Pool, k.Timeouts, k.Channel, a.latch(k), k.Token}, args...).Int64Slice()
 	if err != nil {
 		return false, 0, acquireErr(err)
 	}
-	return isOK, n, nil
+	if len(v) != 2 {
+		return false, 0, fmt.Errorf("lua: sem acquire replied %v", v)
+	}
+	return v[0] == 1, v[1], nil
 }
 
-// SemAbandon runs sem_abandon.lua: the request whose ids are ids is given
+// SemAbandon runs sem_abandon.lua: request a (its ids and latch) is given
 // up; it reports how many of its permits came back to the pool.
-func (s *Scripts) SemAbandon(ctx context.Context, rdb redis.Scripter, k SemKeys, ids []string, latchMs int64, pubCmd string) (int64, error) {
-	if len(ids) == 0 {
+func (s *Scripts) SemAbandon(ctx context.Context, rdb redis.Scripter, k SemKeys, a SemAcquireArgs) (int64, error) {
+	if len(a.IDs) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, 2+len(ids))
-	args = append(args, max(latchMs, 1), pub(pubCmd))
+	args := make([]any, 0, 2+len(a.IDs))
+	args = append(args, max(a.LatchMs, 1), pub(a.PubCmd))
+	for _, id := range a.IDs {
+		args = append(args, id)
+	}
+	return s.Script(FileSemAbandon).Run(ctx, rdb, []string{k.Pool, k.Timeouts, k.Channel, a.latch(k)}, args...).Int64()
+}
+
+// SemReleaseHold runs sem_release_hold.lua: the permits ids (one
+// acquisition's) go back to the pool; it reports whether all of them were
+// held. request names the unlock latch (a retry with it returns the first
+// reply).
+func (s *Scripts) SemReleaseHold(ctx context.Context, rdb redis.Scripter, k SemKeys, ids []string, request string, latchMs, nowMs int64, pubCmd string) (bool, error) {
+	args := make([]any, 0, 3+len(ids))
+	args = append(args, nowMs, pub(pubCmd), max(latchMs, 1))
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return s.Script(FileSemAbandon).Eval(ctx, rdb, []string{k.Pool, k.Timeouts, k.Channel, k.Latch(ids[0])}, args...).Int64()
+	n, err := s.Script(FileSemReleaseHold).Run(ctx, rdb, []string{k.Pool, k.Timeouts, k.Channel, k.UnlockLatch(request)}, args...).Int64()
+	return n == 1, err
+}
+
+// SemOwner is the owner id of a hold of permits ids (raw bytes): their hex,
+// joined with ','. sem_renew.lua and sem_held.lua find the permits from it.
+func SemOwner(ids []string) string {
+	h := make([]string, len(ids))
+	for i, id := range ids {
+		h[i] = hex.EncodeToString([]byte(id))
+	}
+	return strings.Join(h, ",")
+}
+
+// SemRenewEach runs sem_renew.lua over holds (names[i], owners[i]; owners
+// as SemOwner makes them; all names in one slot): every permit of a hold
+// still held expires leaseMs from the server's now.
+func (s *Scripts) SemRenewEach(ctx context.Context, rdb redis.Scripter, names, owners []string, leaseMs int64) ([]RenewStatus, error) {
+	if len(names) != len(owners) {
+		panic("lua: SemRenewEach needs one owner per name")
+	}
+	keys := make([]string, len(names))
+	args := make([]any, 0, len(owners)+1)
+	args = append(args, leaseMs)
+	for i, name := range names {
+		keys[i] = SemKeysFor(name).Timeouts
+		args = append(args, owners[i])
+	}
+	v, err := s.Script(FileSemRenew).Run(ctx, rdb, keys, args...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(v) != len(names) {
+		return nil, fmt.Errorf("lua: sem renew replied %d results for %d holds", len(v), len(names))
+	}
+	st := make([]RenewStatus, len(v))
+	for i, r := range v {
+		st[i] = RenewStatus(r)
+	}
+	return st, nil
+}
+
+// SemHeld is sem_held.lua's script, keys and args for the hold owner (as
+// SemOwner makes it) of semaphore k: the replica acknowledgement's check.
+func (s *Scripts) SemHeld(k SemKeys, owner string) (*redis.Script, []string, []any) {
+	return s.Script(FileSemHeld), []string{k.Timeouts, k.Token}, []any{owner}
 }
 
 // SemRelease runs sem_release.lua: it reports whether the permit was held
