@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Sem is the permit-expirable semaphore (Redisson's
@@ -17,7 +18,8 @@ type Sem struct {
 	HasPool   bool
 	Pool      int64
 	Permits   map[string]int64  // permit id -> expiry (SemNever: none)
-	Latches   map[string]string // first permit id of a request -> "held" / "void"
+	Latches   map[string]string // first permit id of a request -> "held:<token>" / "void"
+	Token     int64             // the token counter (ours): the last token given
 	Published []Message         // by the last operation
 }
 
@@ -100,41 +102,66 @@ func (s *Sem) reclaim(now int64, limit int) {
 	}
 }
 
-// Acquire is sem_acquire.lua: ids (at least one) with leaseMs (NoLeaseMs:
-// none) at now; latch says whether the request carries a latch. It
-// reports whether the permits are held, else the wait until the earliest
-// expiry (-1: none can expire).
+// Acquire is sem_acquire.lua: ids (at least one, distinct) with leaseMs
+// (NoLeaseMs: none) at now; latch says whether the request carries a
+// latch. It reports whether the permits are held, and then the grant's
+// token; else the wait until the earliest expiry (-1: none can expire).
 func (s *Sem) Acquire(ids []string, leaseMs, now int64, latch bool) (bool, int64, error) {
 	s.begin()
+	n := len(ids)
+	held, soonest := 0, int64(0)
+	for _, id := range ids {
+		if e, ok := s.Permits[id]; ok && e > now {
+			if held == 0 || e < soonest {
+				soonest = e
+			}
+			held++
+		}
+	}
 	if latch {
-		switch s.Latches[ids[0]] {
-		case "void":
+		switch st := s.Latches[ids[0]]; {
+		case st == "void":
 			return false, 0, ErrSemAbandoned
-		case "held":
-			for _, id := range ids {
-				if _, ok := s.Permits[id]; ok {
-					return true, 0, nil
-				}
+		case st != "":
+			if held == n {
+				tok, _ := strconv.ParseInt(strings.TrimPrefix(st, "held:"), 10, 64)
+				return true, tok, nil
 			}
 			return false, 0, ErrSemGrantOver
 		}
 	}
+	if held == n {
+		s.Token++ // a copy: another took the permits; a new token
+		return true, s.Token, nil
+	}
+	if held > 0 {
+		return false, max(soonest-now, 1), nil
+	}
+	var back int64
 	for _, id := range ids {
 		if _, ok := s.Permits[id]; ok {
-			return true, 0, nil // a copy: another took the permits
+			delete(s.Permits, id)
+			back++
 		}
 	}
-	n := int64(len(ids))
-	s.reclaim(now, len(ids))
-	if s.HasPool && s.Pool >= n {
-		s.Pool -= n
+	if back > 0 {
+		s.HasPool = true
+		s.Pool += back
+		if s.Pool > 0 {
+			s.publish(s.Pool)
+		}
+	}
+	s.reclaim(now, n)
+	if s.HasPool && s.Pool >= int64(n) {
+		s.Token++
+		s.Pool -= int64(n)
 		for _, id := range ids {
 			s.Permits[id] = expiry(leaseMs, now)
 		}
 		if latch {
-			s.Latches[ids[0]] = "held"
+			s.Latches[ids[0]] = "held:" + strconv.FormatInt(s.Token, 10)
 		}
-		return true, 0, nil
+		return true, s.Token, nil
 	}
 	first, firstID := int64(-1), ""
 	for id, e := range s.Permits {
@@ -168,6 +195,31 @@ func (s *Sem) Abandon(ids []string) int64 {
 		}
 	}
 	return n
+}
+
+// ReleaseHold is sem_release_hold.lua without its latch: the permits ids
+// (one acquisition's) go back; true when all of them were held.
+func (s *Sem) ReleaseHold(ids []string, now int64) bool {
+	s.begin()
+	held := 0
+	var removed int64
+	for _, id := range ids {
+		if e, ok := s.Permits[id]; ok {
+			if e > now {
+				held++
+			}
+			delete(s.Permits, id)
+			removed++
+		}
+	}
+	if removed > 0 {
+		s.HasPool = true
+		s.Pool += removed
+		if s.Pool > 0 {
+			s.publish(s.Pool)
+		}
+	}
+	return held == len(ids)
 }
 
 // Release is sem_release.lua: true when id was held and had not expired.

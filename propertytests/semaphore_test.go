@@ -42,6 +42,7 @@ type semHarness struct {
 	skew    map[string]int64 // per client
 	reqs    []semRequest
 	nextID  int
+	unlocks int
 	total   int64 // available + acquired, by the set / add calls
 	hasPool bool
 	steps   int
@@ -66,6 +67,7 @@ func semMachine(b backend, scripts *wire.Scripts, c *counts) func(*rapid.T) {
 			{"acquire", 5, h.actAcquire},
 			{"release", 2, h.actRelease},
 			{"releaseMany", 2, h.actReleaseMany},
+			{"releaseHold", 1, h.actReleaseHold},
 			{"advance", 3, h.actAdvance},
 			{"replay", 2, h.actReplay},
 			{"abandon", 1, h.actAbandon},
@@ -196,9 +198,25 @@ func (h *semHarness) actAbandon(t *rapid.T) {
 	}
 	r := rapid.SampledFrom(h.reqs).Draw(t, "request")
 	want := h.m.Abandon(r.ids)
-	got, err := h.scripts.SemAbandon(h.ctx, h.rdb, h.keys, r.ids, semLatchMs, "")
+	got, err := h.scripts.SemAbandon(h.ctx, h.rdb, h.keys, wire.SemAcquireArgs{IDs: r.ids, LatchMs: semLatchMs})
 	h.noErr(t, "abandon", err)
 	h.end(t, fmt.Sprintf("abandon(%v)", r.ids), want, got)
+}
+
+// actReleaseHold releases an earlier request's permits as a Permit's
+// Release does (each call with a new unlock latch: the latch's replay is
+// the wire contract test's).
+func (h *semHarness) actReleaseHold(t *rapid.T) {
+	if len(h.reqs) == 0 {
+		t.Skip("no request")
+	}
+	r := rapid.SampledFrom(h.reqs).Draw(t, "request")
+	now := h.now(t)
+	h.unlocks++
+	want := h.m.ReleaseHold(r.ids, now)
+	got, err := h.scripts.SemReleaseHold(h.ctx, h.rdb, h.keys, r.ids, "u"+strconv.Itoa(h.unlocks), semLatchMs, now, "")
+	h.noErr(t, "releaseHold", err)
+	h.end(t, fmt.Sprintf("releaseHold(%v, now %d)", r.ids, now-t0), want, got)
 }
 
 func (h *semHarness) actRelease(t *rapid.T) {
@@ -264,9 +282,9 @@ func (h *semHarness) end(t *rapid.T, what string, want, got any) {
 	}
 	dump, err := semDump(h.ctx, h.rdb, h.keys)
 	h.noErr(t, "dump", err)
-	if dump.HasPool != h.m.HasPool || dump.Pool != h.m.Pool || !maps.Equal(dump.Permits, h.m.Permits) || !maps.Equal(dump.Latches, h.m.Latches) {
-		t.Fatalf("%s:\nredis pool %v/%d permits %v latches %v\nmodel pool %v/%d permits %v latches %v", what,
-			dump.HasPool, dump.Pool, dump.Permits, dump.Latches, h.m.HasPool, h.m.Pool, h.m.Permits, h.m.Latches)
+	if dump.HasPool != h.m.HasPool || dump.Pool != h.m.Pool || !maps.Equal(dump.Permits, h.m.Permits) || !maps.Equal(dump.Latches, h.m.Latches) || dump.Token != h.m.Token {
+		t.Fatalf("%s:\nredis pool %v/%d permits %v latches %v token %d\nmodel pool %v/%d permits %v latches %v token %d", what,
+			dump.HasPool, dump.Pool, dump.Permits, dump.Latches, dump.Token, h.m.HasPool, h.m.Pool, h.m.Permits, h.m.Latches, h.m.Token)
 	}
 	if h.hasPool && dump.Pool+int64(len(dump.Permits)) != h.total {
 		t.Fatalf("%s: available %d + acquired %d != the %d permits set", what, dump.Pool, len(dump.Permits), h.total)
@@ -304,7 +322,11 @@ func semDump(ctx context.Context, rdb *redis.Client, k wire.SemKeys) (*model.Sem
 	}
 	for _, key := range keys {
 		switch {
-		case key == k.Pool, key == k.Timeouts:
+		case key == k.Pool, key == k.Timeouts, strings.HasPrefix(key, k.UnlockLatch("")):
+		case key == k.Token:
+			if s.Token, err = rdb.Get(ctx, key).Int64(); err != nil {
+				return nil, err
+			}
 		case strings.HasPrefix(key, k.LatchPrefix()):
 			st, err := rdb.Get(ctx, key).Result()
 			if err != nil {
@@ -342,11 +364,19 @@ func TestSemaphoreRedisServer(t *testing.T) { check(t, semMachine, newRealBacken
 var semBrokenVariants = []brokenVariant{
 	{
 		name: "a copy of a request takes its permits again (no replay check)", machine: semMachine, file: wire.FileSemAcquire,
-		old: "    if redis.call('zscore', KEYS[2], ARGV[i]) then\n        return 'OK'\n    end\nend\nlocal now", new: "end\nlocal now",
+		old: "if held == n then\n    return {1, redis.call('incr', KEYS[5])}\nend\nif held > 0 then", new: "if false then",
 	},
 	{
 		name: "a reclaim publishes nothing", machine: semMachine, file: wire.FileSemCounts,
 		old: "        redis.call(pubcmd, channel, value)\n", new: "",
+	},
+	{
+		name: "a grant without a token", machine: semMachine, file: wire.FileSemAcquire,
+		old: "    local token = redis.call('incr', KEYS[5])\n    redis.call('decrby'", new: "    local token = 0\n    redis.call('decrby'",
+	},
+	{
+		name: "releaseHold reports a partly expired hold as held", machine: semMachine, file: wire.FileSemReleaseHold,
+		old: "        if tonumber(e) > now then", new: "        if true then",
 	},
 	{
 		name: "abandon leaves the taken permits held", machine: semMachine, file: wire.FileSemAbandon,
