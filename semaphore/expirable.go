@@ -237,7 +237,9 @@ func (g *engine) Unlock(ctx context.Context, a wire.Args) (wire.UnlockResult, er
 	return wire.NotHeld, err
 }
 
-func (g *engine) ForceUnlock(ctx context.Context, a wire.Args) (bool, error) { return g.release(ctx, a) }
+func (g *engine) ForceUnlock(ctx context.Context, a wire.Args) (bool, error) {
+	return g.release(ctx, a)
+}
 
 func (g *engine) WakeChannel(string) string { return g.k.Channel }
 
