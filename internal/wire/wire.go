@@ -169,13 +169,17 @@ var Files = []string{
 }
 
 // Source returns the text of a script as it is sent to Redis: the file, with
-// latch_common.lua in front of it, and for the fair-lock scripts the
+// latch_common.lua in front of it (sem_common.lua for the semaphore's
+// sem_*.lua), and for the fair-lock scripts the
 // Redisson-compatible engine's queue operations and fair_common.lua too (see
 // ScalableSource for the other engine).
 func Source(file string) string {
 	body, err := readFile(file)
 	if err != nil {
 		panic("lua: no script " + file)
+	}
+	if strings.HasPrefix(file, "sem_") {
+		return mustRead(fileSemCommon) + string(body)
 	}
 	if !strings.HasPrefix(file, "fair_") {
 		return mustRead(fileLatchCommon) + string(body)

@@ -1,0 +1,86 @@
+-- sem_common.lua: shared parts of the permit-expirable semaphore scripts
+-- (Redisson's RPermitExpirableSemaphore), prepended by package lua to every
+-- sem_*.lua script so each stays one atomic EVAL.
+--
+-- The semaphore's keys (Redisson's names):
+--   pool      the semaphore's name: a string, the count of available permits
+--             (absent until trySetPermits / setPermits / addPermits)
+--   timeouts  "{name}:timeout" ("name:timeout" when the name has a hash tag):
+--             a sorted set, member = permit id (16 raw bytes), score = the
+--             permit's expiry in Unix ms, or the non-expiring score
+--             922337203685477 for a permit taken without a lease
+--   channel   "redisson_sc:{name}": the new count of available permits is
+--             published on it whenever permits come back
+--   token     "fairlock_sem_token:{name}" (ours, not Redisson's): a counter,
+--             INCRed by every grant of sem_acquire.lua (the fencing token of
+--             the Go acquisition); Redisson's scripts never touch it
+--
+-- "now" arguments: a Unix ms instant (Redisson's contract: the caller's
+-- clock), or -1 for the Redis server's own clock (TIME). Not in Redisson:
+-- our clients send -1, so every expiry they write and every reclaim they
+-- run is on one clock, the server's (docs/design.md, "The permit-expirable
+-- semaphore").
+
+-- The instant a "now" argument stands for.
+local function sem_now(arg)
+    local now = tonumber(arg)
+    if now < 0 then
+        local t = redis.call('time')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    return now
+end
+
+-- The expiry score of a permit taken at now with lease ms (-1: no lease).
+local function sem_expiry(lease, now, never)
+    lease = tonumber(lease)
+    if lease < 0 then
+        return never
+    end
+    return now + lease
+end
+
+-- Reclaims expired permits (score <= now), at most limit of them (-1: all):
+-- they leave the timeouts set and their count goes back to the pool, whose
+-- new count is published when positive. Members are removed in chunks (a
+-- single unpack of thousands of members overflows Lua's stack; not in
+-- Redisson, which unpacks them at once). Returns how many were reclaimed.
+local function sem_reclaim(pool, timeouts, channel, pubcmd, now, limit)
+    local expired = redis.call('zrangebyscore', timeouts, 0, now, 'limit', 0, limit)
+    if #expired == 0 then
+        return 0
+    end
+    for i = 1, #expired, 1000 do
+        redis.call('zrem', timeouts, unpack(expired, i, math.min(i + 999, #expired)))
+    end
+    local value = redis.call('incrby', pool, #expired)
+    if value > 0 then
+        redis.call(pubcmd, channel, value)
+    end
+    return #expired
+end
+
+-- The raw permit ids of a hold's owner id: the ids' hex, joined with ','
+-- (package semaphore's Permit owner; not in Redisson).
+local function sem_owner_ids(owner)
+    local ids = {}
+    for h in string.gmatch(owner, '[^,]+') do
+        ids[#ids + 1] = (string.gsub(h, '..', function(x) return string.char(tonumber(x, 16)) end))
+    end
+    return ids
+end
+
+-- Whether every id of ids is held in timeouts: present with an expiry
+-- after now.
+local function sem_all_held(timeouts, ids, now)
+    if #ids == 0 then
+        return false
+    end
+    for _, id in ipairs(ids) do
+        local e = redis.call('zscore', timeouts, id)
+        if e == false or tonumber(e) <= now then
+            return false
+        end
+    end
+    return true
+end
