@@ -136,6 +136,8 @@ type semHarness struct {
 	slot    map[string]int64  // queued owner -> the slot it queued with
 	nextReq int
 	c       *counts
+
+	prevQueue []string
 }
 
 func semMachine(b semBackend, scripts *wire.SemFairScripts, c *counts) func(*rapid.T) {
@@ -401,6 +403,12 @@ func (h *semHarness) end(t *rapid.T, what string) {
 		woken = append(woken, strings.TrimPrefix(m.Channel, h.k.Channel+":"))
 	}
 	h.c.notified += len(woken)
+	for _, w := range h.prevQueue {
+		if !slices.Contains(got.Queue, w) && !strings.Contains(what, " "+w) {
+			h.c.pruned++ // left the queue in someone else's call
+		}
+	}
+	h.prevQueue = slices.Clone(got.Queue)
 	h.c.maxQueue = max(h.c.maxQueue, len(got.Queue))
 	want := h.m.Woken[h.mWoken:]
 	h.mWoken = len(h.m.Woken)
