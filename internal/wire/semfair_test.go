@@ -235,3 +235,49 @@ func drainer(t *testing.T, rdb *redis.Client, channel string) func() []string {
 		}
 	}
 }
+
+// A damaged queue hash (a node field deleted by hand) is repaired by the
+// queue engine, never looped on: every script returns, and the waiters,
+// polling again, are granted in turn. On miniredis only, with a read
+// timeout, so that a script that looped could not stall a shared server.
+func TestSemFairDamagedQueueReturns(t *testing.T) {
+	for _, field := range []string{"n:u:A", "p:u:B", "d:u:B", "hd", "t"} {
+		t.Run(field, func(t *testing.T) {
+			ctx := context.Background()
+			m := redistest.Mini(t)
+			rdb := redis.NewClient(&redis.Options{Addr: m.Addr, ReadTimeout: 10 * time.Second, MaxRetries: -1})
+			defer rdb.Close()
+			s := wire.SemFairDefault()
+			k := wire.SemKeysFor("sem")
+			_, _, err := s.SetPermits(ctx, rdb, k, 1, wire.SemArgs{})
+			require.NoError(t, err)
+			acq := func(o string) wire.SemAcquireResult {
+				r, err := s.Acquire(ctx, rdb, k, wire.SemArgs{Owner: o, Permits: 1, LeaseMs: 60000, WaitMs: 1000, GraceMs: 1000, Queue: true})
+				require.NoError(t, err)
+				return r
+			}
+			require.True(t, acq("u:H").Granted)
+			for _, o := range []string{"u:A", "u:B", "u:C"} {
+				require.False(t, acq(o).Granted)
+			}
+			require.NoError(t, rdb.HDel(ctx, k.Queue, field).Err())
+			_, err = s.Release(ctx, rdb, k, wire.SemArgs{Owner: "u:H"})
+			require.NoError(t, err)
+			granted := 0
+			for range 10 {
+				for _, o := range []string{"u:A", "u:B", "u:C"} {
+					if r := acq(o); r.Granted {
+						granted++
+						ok, err := s.Release(ctx, rdb, k, wire.SemArgs{Owner: o})
+						require.NoError(t, err)
+						require.True(t, ok)
+					}
+				}
+			}
+			assert.GreaterOrEqual(t, granted, 3, "every waiter is granted again and again")
+			st, err := s.State(ctx, rdb, k)
+			require.NoError(t, err)
+			assert.EqualValues(t, 1, st.Available)
+		})
+	}
+}
