@@ -167,12 +167,15 @@ local function prune(caller, now, head, grace)
             graced, left, second = grace_read()
         end
         local deadline = q_head_deadline(head)
+        if res_doomed(head) then
+            deadline = nil -- never grantable: dead, as a head without a deadline
+        end
         -- With the grace on (grace > 0), the deadline alone never prunes:
         -- it is Redisson's estimate (the lease at join time plus slots),
         -- which a holder renewed by its watchdog outlasts, and a live
         -- waiter would lose its place before its own slot ran out. A dead
         -- head is pruned by its second grace once the lock is free.
-        if not res_doomed(head) and deadline and (grace > 0 or deadline > now) and not (graced == head and left <= 0 and (second or grace <= 0)) then
+        if deadline and (grace > 0 or deadline > now) and not (graced == head and left <= 0 and (second or grace <= 0)) then
             break
         end
         limit = (limit or q_size()) - 1
