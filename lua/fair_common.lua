@@ -1,8 +1,13 @@
--- fair_common.lua: the rules of the fair lock, shared by both engines. It is
--- not a script by itself: package lua prepends an engine's queue operations
--- (queue_redisson.lua or queue_scalable.lua: q_init, q_front, q_take, ...)
--- and then this file to every fair_*.lua script body, so each script stays
--- one atomic EVAL and every rule is written once.
+-- fair_common.lua: the rules of the fair lock, shared by both engines, and
+-- of the fair semaphore. It is not a script by itself: package wire
+-- prepends an engine's queue operations (queue_redisson.lua or
+-- queue_scalable.lua: q_init, q_front, q_take, ...), then a resource
+-- (res_lock.lua for the fair lock, res_sem.lua for the fair semaphore:
+-- res_free, res_take, ...; see res_lock.lua for the interface) and then
+-- this file to every script body, so each script stays one atomic EVAL and
+-- every rule is written once. Below, "the lock is free" means what the
+-- resource's res_free says: for the semaphore, that the head could be
+-- granted now (enough permits are free for what it asks).
 --
 -- Keys besides the engine's queue (all in the lock's hash slot):
 --   lock     hash owner -> hold count, PTTL = lease (Redisson's)
@@ -51,7 +56,7 @@
 
 local GRACE_MARGIN = 60000
 
-local LOCK, CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS
+local CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS
 
 -- fair_init names the keys and the publish command of this call. cross:
 -- this script releases or leaves (unlock, forceUnlock, acquireFailed), and
@@ -59,29 +64,17 @@ local LOCK, CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS
 -- hash, two possible queues; the acquisition scripts refuse a lock whose
 -- queue the other engine keeps, so for them only this engine's counts).
 local function fair_init(lock, queue, timeouts, squeue, channel, grace_key, pubcmd, message, cross)
-    LOCK, CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS = lock, channel, grace_key, pubcmd, message, cross
+    CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS = channel, grace_key, pubcmd, message, cross
+    res_init(lock)
     q_init(queue, timeouts, squeue)
 end
 
--- Reads repeated within one script are cached: whether the lock is free
--- (FREE) and the grace key (GRACE_OWNER, GRACE_LEFT, GRACE_SECOND, valid
--- when GRACE_READ);
--- every write to the lock hash or the grace key in these scripts sets or
--- clears them. Time does not move within a script, so a cached PTTL stays
--- right.
-local FREE, GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND
-
-local function lock_free()
-    if FREE == nil then
-        FREE = redis.call('exists', LOCK) == 0
-    end
-    return FREE
-end
-
--- lock_freed: the script deleted the lock hash.
-local function lock_freed()
-    FREE = true
-end
+-- Reads repeated within one script are cached: the grace key
+-- (GRACE_OWNER, GRACE_LEFT, GRACE_SECOND, valid when GRACE_READ; the
+-- resource caches its own); every write to the grace key in these scripts
+-- sets or clears them. Time does not move within a script, so a cached
+-- PTTL stays right.
+local GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND
 
 -- The head and the waiter behind it, the waiters a script may wake: this
 -- engine's, or in a release when this engine has no queue, the other's.
@@ -158,20 +151,25 @@ end
 -- deadline is at or before now (Redisson's rule, only when the caller's
 -- grace is off), or a head whose second grace ran out while the lock is
 -- free (a first grace that ran out is renewed by finish instead; a caller
--- with its grace off renews nothing and prunes it, Redisson's way). Nobody
+-- with its grace off renews nothing and prunes it, Redisson's way), or a
+-- head the resource can never grant (res_doomed: a semaphore head asking
+-- for more permits than the pool has; its own next call is refused). Nobody
 -- else's deadline moves: a dead waiter's time was spent in real time. At
 -- most one pass per queued waiter. head: the head (q_front); returns the
 -- head afterwards.
 local function prune(caller, now, head, grace)
-    local free, graced, left, second, limit
+    local limit
     while head and head ~= caller do
-        if free == nil then
-            free = lock_free()
-            if free then
-                graced, left, second = grace_read()
-            end
+        -- "free" is per head (a semaphore's head may fit where the one
+        -- before it did not); the lock's answer is the same for every head.
+        local graced, left, second
+        if res_free(head) then
+            graced, left, second = grace_read()
         end
         local deadline = q_head_deadline(head)
+        if res_doomed(head) then
+            deadline = nil -- never grantable: dead, as a head without a deadline
+        end
         -- With the grace on (grace > 0), the deadline alone never prunes:
         -- it is Redisson's estimate (the lease at join time plus slots),
         -- which a holder renewed by its watchdog outlasts, and a live
@@ -185,35 +183,30 @@ local function prune(caller, now, head, grace)
             break
         end
         q_pop_head()
+        res_popped(head)
         head = q_front()
     end
     return head
 end
 
--- Take the lock when it is free and nobody is queued ahead of owner, or
--- re-enter it when owner holds it. A fresh take removes owner from the
--- queue and lowers every remaining deadline by its slot (Redisson's rule).
--- head: the head (q_front). Returns whether owner holds the lock now, and
--- whether a re-entry cut the lease short (the waiters were told the old
--- one), and whether it was a fresh take (not a re-entry).
+-- Take the lock when it is free (for owner) and nobody is queued ahead of
+-- owner, or re-enter it when owner holds it (res_reenter). A fresh take
+-- removes owner from the queue and lowers every remaining deadline by its
+-- slot (Redisson's rule). head: the head (q_front). Returns whether owner
+-- holds the lock now, and whether a re-entry cut the lease short (the
+-- waiters were told the old one), and whether it was a fresh take (not a
+-- re-entry).
 local function take_or_reenter(owner, lease, wait, head)
-    if lock_free() then
+    if res_free(owner) then
         if head and head ~= owner then
             return false, false
         end
         q_take(owner, wait)
-        redis.call('hset', LOCK, owner, 1)
-        redis.call('pexpire', LOCK, lease)
-        FREE = false
+        res_take(owner, lease)
         return true, false, true
     end
-    if redis.call('hexists', LOCK, owner) == 1 then
-        local pttl = redis.call('pttl', LOCK)
-        redis.call('hincrby', LOCK, owner, 1)
-        redis.call('pexpire', LOCK, lease)
-        return true, pttl == -1 or tonumber(lease) < pttl, false
-    end
-    return false, false, false
+    local held, cut = res_reenter(owner, lease)
+    return held, cut, false
 end
 
 -- The fencing token (not in Redisson's fair lock; the key is its fenced
@@ -249,7 +242,7 @@ end
 -- Join at the tail (Redisson's rule): the deadline is the tail's plus the
 -- slot, or now + PTTL + slot when nobody with a deadline is ahead.
 local function join(owner, wait, now)
-    local ttl = redis.call('pttl', LOCK)
+    local ttl = res_pttl()
     local tail, deadline = q_tail()
     if tail and tail ~= owner and deadline then
         ttl = deadline - now
@@ -274,7 +267,7 @@ end
 local function finish(caller, head0, second0, freed, grace)
     local head, second = front()
     local started = false
-    if head and lock_free() then
+    if head and res_free(head) then
         local graced, left, again = grace_read()
         if graced and graced ~= head then
             grace_clear()
@@ -301,16 +294,17 @@ end
 -- front of the queue, as finish returns it): how long it may sleep before
 -- trying again (a wake-up may come sooner). It is bounded by the next event
 -- that can change its place or free the lock:
---   - lock held: its PTTL (-1: no expiry; the client re-checks once a
---     watchdog lease); the waiter right behind the head at most the grace,
+--   - lock held (for the semaphore: the front waiter cannot be granted):
+--     res_blocked, the lock's PTTL (-1: no expiry; the client re-checks
+--     once a watchdog lease); the waiter right behind the head at most the grace,
 --     so that it notices a dead head soon after a release even if a
 --     wake-up is lost;
 --   - lock free (so the head is someone else): until the head's deadline or
 --     the end of its grace, whichever comes first; at least 1 (Redisson
 --     replies 0 and its waiters poll in a loop: hazard H2).
 local function reply(owner, now, grace, head, second)
-    local pttl = redis.call('pttl', LOCK)
-    if pttl ~= -2 then
+    local pttl = res_blocked(head or owner)
+    if pttl then
         if grace > 0 and second == owner and (pttl < 0 or pttl > grace) then
             return grace
         end

@@ -22,7 +22,7 @@ fair_init(lock, KEYS[2], KEYS[3], KEYS[5], KEYS[4], KEYS[6], ARGV[3], ARGV[1], t
 local head, head0, second0 = begin()
 prune(nil, tonumber(ARGV[2]), head, tonumber(ARGV[4]))
 local deleted = redis.call('del', lock) == 1
-lock_freed()
+res_freed()
 if deleted then
     redis.call(ARGV[3], KEYS[4], ARGV[1])
 end

@@ -47,7 +47,7 @@ fair_init(lock, KEYS[2], KEYS[3], KEYS[6], KEYS[4], KEYS[7], ARGV[5], ARGV[1], t
 local head, head0, second0 = begin()
 prune(owner, now, head, grace)
 local result, freed = nil, false
-if lock_free() then
+if res_free() then
     freed = true
 elseif redis.call('hexists', lock, owner) == 1 then
     if redis.call('hincrby', lock, owner, -1) > 0 then
@@ -57,7 +57,7 @@ elseif redis.call('hexists', lock, owner) == 1 then
         result, freed = 0, pttl == -1 or tonumber(ARGV[2]) < pttl
     else
         redis.call('del', lock)
-        lock_freed()
+        res_freed()
         latch_outcome('1')
         result, freed = 1, true
     end

@@ -12,7 +12,10 @@
 //
 // A script is sent to Redis with the shared parts it uses in front of it
 // (latch_common.lua; for the fair-lock scripts, one engine's queue
-// operations, queue_redisson.lua or queue_scalable.lua, and fair_common.lua).
+// operations, queue_redisson.lua or queue_scalable.lua, the lock's resource
+// res_lock.lua and fair_common.lua; for the fair semaphore's sem_fair_*.lua,
+// queue_scalable.lua, res_sem.lua and fair_common.lua). The fair semaphore
+// is not in Redisson: its keys and replies are this module's own.
 // The Go code that knows each script's KEYS and ARGV order is internal; the
 // locks load these files when this package is linked in, which every lock
 // package does.

@@ -58,14 +58,14 @@ func (k Keys) ScalableQueue() string {
 }
 
 // ScalableSource returns the text of a scalable-engine script as it is sent
-// to Redis: the fair-lock body with latch_common.lua, queue_scalable.lua and
-// fair_common.lua in front of it.
+// to Redis: the fair-lock body with latch_common.lua, queue_scalable.lua,
+// res_lock.lua and fair_common.lua in front of it.
 func ScalableSource(file string) string {
 	body, err := readFile(file)
 	if err != nil || !strings.HasPrefix(file, "fair_") {
 		panic("lua: no fair-lock script " + file)
 	}
-	return mustRead(fileLatchCommon) + mustRead(fileQueueScalable) + mustRead(fileFairCommon) + string(body)
+	return mustRead(fileLatchCommon) + mustRead(fileQueueScalable) + mustRead(fileResLock) + mustRead(fileFairCommon) + string(body)
 }
 
 // ScalableScripts is one loaded set of the scalable engine's scripts.

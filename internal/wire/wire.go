@@ -157,6 +157,7 @@ const (
 	FileAbandon           = "abandon.lua"
 	// FileFencedAcquire is in fenced.go.
 	fileFairCommon    = "fair_common.lua"
+	fileResLock       = "res_lock.lua" // the fair lock's resource, in front of fair_common.lua
 	fileQueueRedisson = "queue_redisson.lua"
 	fileLatchCommon   = "latch_common.lua"
 )
@@ -169,10 +170,11 @@ var Files = []string{
 }
 
 // Source returns the text of a script as it is sent to Redis: the file, with
-// latch_common.lua in front of it (sem_common.lua for the semaphore's
-// sem_*.lua), and for the fair-lock scripts the
-// Redisson-compatible engine's queue operations and fair_common.lua too (see
-// ScalableSource for the other engine).
+// latch_common.lua in front of it (sem_common.lua for the permit-expirable
+// semaphore's sem_*.lua; SemFairSource assembles the fair semaphore's), and
+// for the fair-lock scripts the Redisson-compatible engine's queue
+// operations, the lock's resource (res_lock.lua) and fair_common.lua too
+// (see ScalableSource for the other engine).
 func Source(file string) string {
 	body, err := readFile(file)
 	if err != nil {
@@ -184,7 +186,7 @@ func Source(file string) string {
 	if !strings.HasPrefix(file, "fair_") {
 		return mustRead(fileLatchCommon) + string(body)
 	}
-	return mustRead(fileLatchCommon) + mustRead(fileQueueRedisson) + mustRead(fileFairCommon) + string(body)
+	return mustRead(fileLatchCommon) + mustRead(fileQueueRedisson) + mustRead(fileResLock) + mustRead(fileFairCommon) + string(body)
 }
 
 func mustRead(file string) string {

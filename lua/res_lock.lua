@@ -1,0 +1,80 @@
+-- res_lock.lua: the fair lock's resource, the part of the fair rules that
+-- knows what is being granted. It is not a script by itself: package wire
+-- puts it in front of fair_common.lua for every fair_*.lua script (and
+-- res_sem.lua stands in its place for the fair semaphore's scripts). The
+-- interface fair_common.lua uses:
+--   res_init(lock)          names the resource's key (fair_init calls it)
+--   res_free(w)             whether waiter w could be granted now (the lock:
+--                           whether it is free, whoever w is); cached
+--   res_freed()             the script deleted the resource (a release)
+--   res_doomed(w)           whether w can never be granted (the lock: never)
+--   res_popped(w)           w was pruned from the queue
+--   res_take(owner, lease)  grant the free resource to owner
+--   res_reenter(owner, lease)  a holder asks again: whether it holds now,
+--                           and whether the lease got shorter (the waiters
+--                           were told the old one)
+--   res_pttl()              the base of a new waiter's deadline (the lock:
+--                           its PTTL, Redisson's rule, -2 when free)
+--   res_blocked(w)          nil when w could be granted now, else how long
+--                           until the next event that can let it in (the
+--                           lock: its PTTL, -1 no expiry)
+--
+-- Keys: lock  hash owner -> hold count, PTTL = lease (Redisson's).
+
+local LOCK
+
+local function res_init(lock)
+    LOCK = lock
+end
+
+-- Whether the lock is free (FREE caches it within one script: every write
+-- to the lock hash in these scripts sets or clears it; time does not move
+-- within a script).
+local FREE
+
+local function res_free(_)
+    if FREE == nil then
+        FREE = redis.call('exists', LOCK) == 0
+    end
+    return FREE
+end
+
+-- res_freed: the script deleted the lock hash.
+local function res_freed()
+    FREE = true
+end
+
+local function res_doomed(_)
+    return false
+end
+
+local function res_popped(_)
+end
+
+local function res_take(owner, lease)
+    redis.call('hset', LOCK, owner, 1)
+    redis.call('pexpire', LOCK, lease)
+    FREE = false
+end
+
+local function res_reenter(owner, lease)
+    if redis.call('hexists', LOCK, owner) == 1 then
+        local pttl = redis.call('pttl', LOCK)
+        redis.call('hincrby', LOCK, owner, 1)
+        redis.call('pexpire', LOCK, lease)
+        return true, pttl == -1 or tonumber(lease) < pttl
+    end
+    return false, false
+end
+
+local function res_pttl()
+    return redis.call('pttl', LOCK)
+end
+
+local function res_blocked(_)
+    local pttl = redis.call('pttl', LOCK)
+    if pttl == -2 then
+        return nil
+    end
+    return pttl
+end

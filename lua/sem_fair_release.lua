@@ -1,0 +1,48 @@
+-- sem_fair_release.lua: give back the permits an owner holds (not in
+-- Redisson). Run after latch_common.lua, queue_scalable.lua, res_sem.lua
+-- and fair_common.lua.
+--
+-- KEYS[1..8]  as sem_fair_acquire.lua
+-- KEYS[9]  release latch "fairlock_sem_release_latch:{name}:<request-id>"
+-- ARGV[1]  owner id
+-- ARGV[2]  latch lifetime in milliseconds (<= 0: no latch)
+-- ARGV[3]  head grace in milliseconds (<= 0: off)
+-- ARGV[4]  publish command: "publish" or "spublish"
+--
+-- Reply: 1 when the owner held permits (its lease not ended) and gave them
+-- back, 0 when it held none (never granted, released, or its lease ended).
+-- The reply is latched: a copy of the call with the same latch key replies
+-- the first reply and does nothing, so a late copy never releases a later
+-- grant of the same owner. Permits given back (or reclaimed from ended
+-- leases) wake the head of the queue and the waiter behind it. An error
+-- reply (nothing written) when a key holds the wrong type.
+local owner, grace = ARGV[1], tonumber(ARGV[3])
+if not grace or not tonumber(ARGV[2]) then
+    return redis.error_reply('fairlock: semaphore: bad arguments')
+end
+local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+if bad then
+    return bad
+end
+local latched = redis.call('get', KEYS[9])
+if latched then
+    return tonumber(latched)
+end
+fair_init(KEYS[1], nil, nil, KEYS[4], KEYS[8], KEYS[6], ARGV[4], '0', false)
+sem_reclaim()
+local head, head0, second0 = begin()
+prune(owner, NOW, head, grace)
+local result = 0
+local n = tonumber(redis.call('hget', KEYS[1], owner))
+if n then
+    redis.call('hdel', KEYS[1], owner)
+    redis.call('zrem', KEYS[2], owner)
+    USED = USED - n
+    result = 1
+end
+if tonumber(ARGV[2]) > 0 then
+    redis.call('set', KEYS[9], result, 'px', ARGV[2])
+end
+finish(nil, head0, second0, result == 1 or RECLAIMED, grace)
+sem_tidy()
+return result

@@ -1,0 +1,31 @@
+-- sem_fair_state.lua: read a fair semaphore's state (not in Redisson).
+-- Read-only. Run after latch_common.lua, queue_scalable.lua, res_sem.lua
+-- and fair_common.lua.
+--
+-- KEYS[1..8]  as sem_fair_acquire.lua
+--
+-- Reply: {pool, available, holders, queued}: the pool (-1: not set); the
+-- permits free now (pool less the permits of holders whose lease has not
+-- ended; negative when the pool was set below what is held; -1 when the
+-- pool is not set); how many owners hold permits (leases not ended); how
+-- many waiters are queued. An error reply when a key holds the wrong type.
+local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+if bad then
+    return bad
+end
+local used, holders = 0, 0
+for _, o in ipairs(redis.call('zrangebyscore', KEYS[2], '(' .. NOW, '+inf')) do
+    local n = tonumber(redis.call('hget', KEYS[1], o))
+    if n then
+        used, holders = used + n, holders + 1
+    end
+end
+local fields = redis.call('hlen', KEYS[4])
+local queued = 0
+if fields >= 4 then
+    queued = math.floor((fields - 4) / 3)
+end
+if POOL == nil then
+    return {-1, -1, holders, queued}
+end
+return {POOL, POOL - used, holders, queued}

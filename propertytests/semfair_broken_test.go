@@ -1,0 +1,90 @@
+package propertytests
+
+import (
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/fairlock-go/fairlock/internal/wire"
+)
+
+// semBroken are deliberately wrong fair-semaphore scripts; each must be
+// caught by the machine (semFairMachine) and, where it breaks the order of
+// grants, by the Weighted oracle too.
+var semBroken = []struct {
+	name, file, old, new string
+	oracle               bool // the Weighted oracle must catch it as well
+}{
+	{"a smaller later request passes a blocked head", wire.FileSemFairAcquire,
+		"        if head and head ~= owner then\n            return false, false",
+		"        if head and head ~= owner and res_free(head) then\n            return false, false", true},
+	{"an ended lease is not reclaimed", wire.FileSemFairAcquire,
+		"local ended = redis.call('zrangebyscore', LEASES, '-inf', NOW)", "local ended = {}", false},
+	{"a replayed request id is granted twice", wire.FileSemFairAcquire,
+		"    latch_grant(KEYS[9], ARGV[5], token)\n", "", false},
+	{"a replayed request id is not answered from its latch (granted anew)", wire.FileSemFairAcquire,
+		"    local token = latch_token(state)\n", "    local token = nil\n", false},
+	{"a release does not wake the new head", wire.FileSemFairRelease,
+		"finish(nil, head0, second0, result == 1 or RECLAIMED, grace)",
+		"finish(nil, head0, second0, RECLAIMED, grace)", false},
+}
+
+func TestSemFairBrokenVariantsFail(t *testing.T) {
+	for _, v := range semBroken {
+		t.Run(v.name, func(t *testing.T) {
+			if n := strings.Count(wire.SemFairSource(v.file), v.old); n != 1 {
+				t.Fatalf("%q occurs %d times in %s", v.old, n, v.file)
+			}
+			scripts := wire.EditSemFair(func(file, src string) string {
+				if file != v.file {
+					return src
+				}
+				return strings.Replace(src, v.old, v.new, 1)
+			})
+			requireSemCaught(t, v.name, func(b semBackend) func(*rapid.T) { return semFairMachine(b, scripts, new(counts)) })
+			if v.oracle {
+				t.Run("oracle", func(t *testing.T) {
+					requireSemCaught(t, v.name, func(b semBackend) func(*rapid.T) {
+						return semOracleMachine(b, scripts, new(oracleStats))
+					})
+				})
+			}
+		})
+	}
+}
+
+// requireSemCaught runs machine on miniredis and on redis-server and
+// requires rapid to report a failure on both, within caughtRounds rounds.
+func requireSemCaught(t *testing.T, name string, machine func(b semBackend) func(*rapid.T)) {
+	t.Helper()
+	setFlag(t, "rapid.shrinktime", "200ms")
+	setFlag(t, "rapid.nofailfile", "true")
+	for _, be := range []struct {
+		name string
+		b    func(t *testing.T) semBackend
+	}{
+		{"miniredis", func(*testing.T) semBackend { return semMini{} }},
+		{"redis-server", func(t *testing.T) semBackend { return newSemReal(t) }},
+	} {
+		t.Run(be.name, func(t *testing.T) {
+			b := be.b(t)
+			for round := 1; round <= caughtRounds; round++ {
+				r := &recorder{name: t.Name()}
+				func() {
+					defer func() {
+						if p := recover(); p != nil && p != errFailNow {
+							panic(p)
+						}
+					}()
+					rapid.Check(r, machine(b))
+				}()
+				if r.Failed() {
+					t.Logf("caught in round %d: %s", round, r.first())
+					return
+				}
+			}
+			t.Fatalf("%q was not caught in %d rounds", name, caughtRounds)
+		})
+	}
+}
