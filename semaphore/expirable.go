@@ -138,7 +138,7 @@ func (e *Expirable) acquire(ctx context.Context, n int, wait, lease time.Duratio
 	if err != nil || !ok {
 		return nil, err
 	}
-	return &Permit{m: m, ids: strings.Split(owner, ","), token: token}, nil
+	return &Permit{m: m, ids: strings.Split(owner, ","), token: token, n: n}, nil
 }
 
 // newIDs makes n permit ids, raw.
@@ -152,19 +152,26 @@ func newIDs(n int) []string {
 	return ids
 }
 
-// Permit is one acquisition of permits, held like a lock: until Release,
-// the end of its lease (an explicit lease, or the watchdog's when a renewal
-// fails), a release of its ids by id (here or by a Java client), or Close.
+// Permit is one acquisition of permits (of an Expirable or a Fair
+// semaphore), held like a lock: until Release, the end of its lease (an
+// explicit lease, or the watchdog's when a renewal fails), for an
+// Expirable a release of its ids by id (here or by a Java client), or
+// Close.
 // Its methods are safe for concurrent use.
 type Permit struct {
 	m     *core.Mutex
 	ids   []string
 	token int64
+	n     int
 }
 
 // IDs are the permits' ids (32 hex characters each), as Redisson shows
-// them: Expirable's by-id calls and a Java client take them.
+// them: Expirable's by-id calls and a Java client take them. A Fair
+// semaphore's permits have no ids (nil): its holds are one owner each.
 func (p *Permit) IDs() []string { return slices.Clone(p.ids) }
+
+// Count is how many permits the acquisition took.
+func (p *Permit) Count() int { return p.n }
 
 // Token is the acquisition's fencing token: every acquisition through this
 // package gets a larger one than any acquisition of the same semaphore

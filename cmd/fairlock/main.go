@@ -56,6 +56,9 @@ demo flags:
   --seats N        seats to book                              (default 200)
   --hold D         mean time the lock is held per booking     (default 2ms)
   --lock KIND      fair, reentrant or both                    (default both)
+                   (with --permits: fair-semaphore, semaphore or both)
+  --permits N      N booking windows: each booking holds one permit of a
+                   semaphore of N, the fair one then Redisson's (unfair)
   --redis ADDR     host:port or redis:// URL of a Redis to use
                    (default: an embedded miniredis)
   --seed N         seed of the hold-time jitter               (default 1)
@@ -183,6 +186,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	grants := fs.Int("grants", 16, "")
 	quiet := fs.Bool("q", false, "")
 	stale := fs.Bool("stale-writer", false, "")
+	fs.IntVar(&c.Permits, "permits", 0, "")
 	pos, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -194,10 +198,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		return bad("unexpected argument %q", pos[0])
 	}
-	switch *kind {
-	case "both":
+	switch {
+	case *kind == "both" && c.Permits > 0:
+		c.Kinds = []string{demo.FairSemaphore, demo.Semaphore}
+	case *kind == "both":
 		c.Kinds = []string{demo.Fair, demo.Reentrant}
-	case demo.Fair, demo.Reentrant:
+	case c.Permits > 0 && (*kind == demo.FairSemaphore || *kind == demo.Semaphore):
+		c.Kinds = []string{*kind}
+	case c.Permits > 0:
+		return bad("--lock %q with --permits: must be %s, %s or both", *kind, demo.FairSemaphore, demo.Semaphore)
+	case *kind == demo.Fair || *kind == demo.Reentrant:
 		c.Kinds = []string{*kind}
 	default:
 		return bad("--lock %q: must be fair, reentrant or both", *kind)
@@ -254,6 +264,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	demo.Report(stdout, results, *grants)
 	for _, r := range results {
+		if r.Permits > 0 && r.MaxHeld > r.Permits {
+			fmt.Fprintf(stderr, "fairlock demo: the %s run held %d permits at once, of a pool of %d\n", r.Kind, r.MaxHeld, r.Permits)
+			return 1
+		}
 		if r.DoubleBookings > 0 || r.QueueMismatches > 0 {
 			fmt.Fprintf(stderr, "fairlock demo: the %s lock run found %d double bookings and %d queue-order mismatches\n",
 				r.Kind, r.DoubleBookings, r.QueueMismatches)

@@ -17,21 +17,36 @@ import (
 // arrivalHook watches one go-redis client for the first lock attempt of
 // owners that are arriving: the EVALSHA (or EVAL) of the kind's acquire
 // script with the owner among its arguments.
+//
+// A semaphore's owner id is made per acquisition, so its arrivals are
+// matched by the context of the call instead (arrivalKey).
 type arrivalHook struct {
 	sha     string
+	byCtx   bool // match by the call's context, not by an argument
 	mu      sync.Mutex
 	pending map[string]func(acquired bool)
 }
 
+// arrivalKey is the context key of a semaphore arrival: the contender's
+// label (permitLocker.Owner).
+type arrivalKey struct{}
+
 func newArrivalHook(kind string, scripts *wire.Scripts) *arrivalHook {
 	file := wire.FileAcquire
-	if kind == Fair {
+	switch kind {
+	case Fair:
 		file = wire.FileFairTryLockWait
+	case Semaphore:
+		file = wire.FileSemAcquire
+	case FairSemaphore:
+		// the fair semaphore's scripts are a set of their own
+		return &arrivalHook{sha: wire.SemFairDefault().Script(wire.FileSemFairAcquire).Hash(), byCtx: true,
+			pending: map[string]func(bool){}}
 	}
 	if scripts == nil {
 		scripts = wire.Default()
 	}
-	return &arrivalHook{sha: scripts.Script(file).Hash(), pending: map[string]func(bool){}}
+	return &arrivalHook{sha: scripts.Script(file).Hash(), byCtx: isSemaphore(kind), pending: map[string]func(bool){}}
 }
 
 func (h *arrivalHook) expect(owner string, f func(acquired bool)) {
@@ -77,11 +92,18 @@ func (h *arrivalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		h.mu.Lock()
 		var f func(bool)
-		for _, a := range args[2:] {
-			if s, ok := a.(string); ok {
-				if f = h.pending[s]; f != nil {
-					delete(h.pending, s)
-					break
+		if h.byCtx {
+			if s, ok := ctx.Value(arrivalKey{}).(string); ok {
+				f = h.pending[s]
+				delete(h.pending, s)
+			}
+		} else {
+			for _, a := range args[2:] {
+				if s, ok := a.(string); ok {
+					if f = h.pending[s]; f != nil {
+						delete(h.pending, s)
+						break
+					}
 				}
 			}
 		}
@@ -90,8 +112,14 @@ func (h *arrivalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			acquired := false
 			if c, ok := cmd.(*redis.Cmd); ok {
 				v, rerr := c.Result()
-				tok, _ := v.([]any) // a fair grant with its fencing token: {-1, token}
-				acquired = v == "OK" || errors.Is(rerr, redis.Nil) || len(tok) == 2 && tok[1] != int64(-1)
+				tok, _ := v.([]any)
+				if h.byCtx {
+					// the semaphores reply {1, token} to a grant
+					acquired = len(tok) == 2 && tok[0] == int64(1)
+				} else {
+					// a fair grant with its fencing token: {-1, token}
+					acquired = v == "OK" || errors.Is(rerr, redis.Nil) || len(tok) == 2 && tok[1] != int64(-1)
+				}
 			}
 			f(acquired)
 		}

@@ -67,6 +67,11 @@ type Config struct {
 	// 250ms) and at the end; nil: none.
 	Progress      io.Writer
 	ProgressEvery time.Duration
+	// Permits > 0 runs the semaphore mode: N booking windows, each booking
+	// holds one permit of a pool of Permits (kinds FairSemaphore and
+	// Semaphore). Seats are then numbered atomically (INCR): the semaphore
+	// admits, it does not exclude.
+	Permits int
 }
 
 // Validate reports sizes or kinds the demo cannot run with.
@@ -82,10 +87,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--hold %v: must be 0..1m", c.Hold)
 	case len(c.Kinds) == 0:
 		return errors.New("no lock kind")
+	case c.Permits < 0 || c.Permits > 1000:
+		return fmt.Errorf("--permits %d: must be 0..1000", c.Permits)
 	}
 	for _, k := range c.Kinds {
-		if k != Fair && k != Reentrant {
+		switch {
+		case c.Permits == 0 && k != Fair && k != Reentrant:
 			return fmt.Errorf("lock kind %q: must be fair or reentrant", k)
+		case c.Permits > 0 && !isSemaphore(k):
+			return fmt.Errorf("kind %q with --permits: must be %s or %s", k, FairSemaphore, Semaphore)
 		}
 	}
 	return nil
@@ -99,6 +109,7 @@ type Booking struct {
 	Owner   string        // the lock owner id
 	Seat    int           // the seat booked, 0 when none was left
 	Wait    time.Duration // from just before Lock to its return
+	Token   int64         // semaphore mode: the permit's fencing token (grant order)
 }
 
 // Result is one run of one lock kind.
@@ -121,6 +132,10 @@ type Result struct {
 	// Contenders is Clients*Goroutines; PerContender the seats each booked.
 	Contenders   int
 	PerContender []int
+	// Permits is the pool of a semaphore run (0: a lock run), MaxHeld the
+	// most permits its holders held at once (counted in this process:
+	// after a grant returned, before its release was sent).
+	Permits, MaxHeld int
 }
 
 // Inversions counts pairs of grants made in the opposite order of their

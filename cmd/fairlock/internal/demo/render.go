@@ -101,6 +101,10 @@ func Report(w io.Writer, rs []*Result, firstGrants int) {
 		}
 		return fmt.Sprintf("%d (%d)", r.QueueChecks, r.QueueMismatches)
 	})
+	if rs[0].Permits > 0 {
+		row("booking windows (permits)", func(r *Result) string { return fmt.Sprint(r.Permits) })
+		row("most permits held at once", func(r *Result) string { return fmt.Sprint(r.MaxHeld) })
+	}
 	row("lock keys left behind", func(r *Result) string { return fmt.Sprint(len(r.Leftover)) })
 	b.WriteString(`
 arrival:    the order in which bookings' first lock attempts ran in Redis (taken
@@ -110,6 +114,12 @@ out of turn: grants made while an earlier arrival was still waiting.
 queue order: after each queued arrival the fair queue was read and had to list
             waiters in arrival order, the newcomer last.
 `)
+	if rs[0].Permits > 0 {
+		b.WriteString(`permits:    each booking holds one of the pool's permits (a booking window)
+            for its hold; grant order is the order of the permits' fencing
+            tokens, which the server draws as it grants.
+`)
+	}
 	lines := strings.Split(b.String(), "\n")
 	for i, l := range lines {
 		lines[i] = strings.TrimRight(l, " ")

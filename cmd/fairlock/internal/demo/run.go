@@ -33,6 +33,7 @@ type run struct {
 	grants   atomic.Int64
 	waiting  atomic.Int64
 	soldOut  atomic.Bool
+	holding  atomic.Int64 // semaphore mode: permits held right now
 
 	mu       sync.Mutex
 	seqOf    map[string]int // owner -> arrival number of its current attempt
@@ -65,7 +66,7 @@ func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 		gate:     make(chan struct{}, 1),
 		seqOf:    map[string]int{},
 		result: &Result{Kind: kind, Lock: name, Contenders: c.Clients * c.Goroutines,
-			PerContender: make([]int, c.Clients*c.Goroutines)},
+			PerContender: make([]int, c.Clients*c.Goroutines), Permits: c.Permits},
 	}
 	defer r.observer.Close()
 	r.gate <- struct{}{}
@@ -83,6 +84,11 @@ func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 	}()
 	if err := newClients(c, kind, clients); err != nil {
 		return nil, err
+	}
+	if isSemaphore(kind) {
+		if err := setPermits(ctx, kind, clients[0].fl, name, c.Permits); err != nil {
+			return nil, err
+		}
 	}
 	cs, err := newContenders(ctx, c, kind, name, clients)
 	if err != nil {
@@ -134,11 +140,12 @@ func newContenders(ctx context.Context, c Config, kind, name string, clients []d
 			return nil, err
 		}
 		for g := 0; g < c.Goroutines; g++ {
-			lk, err := newLocker(kind, cl.fl, name)
+			who := fmt.Sprintf("c%dg%d", ci+1, g+1)
+			lk, err := newLocker(kind, cl.fl, name, who)
 			if err != nil {
 				return nil, err
 			}
-			cs = append(cs, contender{lk: lk, hook: cl.hook, who: fmt.Sprintf("c%dg%d", ci+1, g+1),
+			cs = append(cs, contender{lk: lk, hook: cl.hook, who: who,
 				rng: mrand.New(mrand.NewPCG(c.Seed, uint64(len(cs))))})
 		}
 	}
@@ -156,13 +163,27 @@ func (r *run) finish(ctx context.Context, clients []demoClient) (*Result, error)
 	// The demo's own keys go; the lock's keys must already be gone.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if !r.c.Keep {
-		// With the fair lock's fencing token counter, which never expires.
-		_ = r.observer.Del(cctx, r.next, r.bookings, r.keys.Token()).Err()
+	// With the fair lock's fencing token counter, which never expires (a
+	// semaphore's pool and counter likewise).
+	mustGo, owned := []string{r.keys.Name, r.keys.Queue, r.keys.Timeouts}, []string{r.keys.Token()}
+	if isSemaphore(r.kind) {
+		mustGo, owned = semaphoreKeys(r.kind, r.result.Lock)
 	}
-	for _, k := range []string{r.keys.Name, r.keys.Queue, r.keys.Timeouts} {
+	if !r.c.Keep {
+		_ = r.observer.Del(cctx, append([]string{r.next, r.bookings}, owned...)...).Err()
+	}
+	for _, k := range mustGo {
 		if n, err := r.observer.Exists(cctx, k).Result(); err == nil && n > 0 {
 			r.result.Leftover = append(r.result.Leftover, k)
+		}
+	}
+	if isSemaphore(r.kind) {
+		// Grants are not exclusive: the tokens, drawn by the server in
+		// grant order, number them.
+		bs := r.result.Bookings
+		sort.Slice(bs, func(i, j int) bool { return bs[i].Token < bs[j].Token })
+		for i := range bs {
+			bs[i].Grant = i + 1
 		}
 	}
 	sort.Slice(r.result.Bookings, func(i, j int) bool { return r.result.Bookings[i].Grant < r.result.Bookings[j].Grant })
@@ -179,7 +200,10 @@ type locker interface {
 	Owner() string
 }
 
-func newLocker(kind string, c *fairlock.Client, name string) (locker, error) {
+func newLocker(kind string, c *fairlock.Client, name, who string) (locker, error) {
+	if isSemaphore(kind) {
+		return newPermitLocker(kind, c, name, who)
+	}
 	if kind == Fair {
 		return fair.New(c, name)
 	}
@@ -223,7 +247,9 @@ func (r *run) contend(ctx context.Context, lk locker, hook *arrivalHook, idx int
 		})
 		r.waiting.Add(1)
 		t0 := time.Now()
-		err := lk.Lock(ctx)
+		// A semaphore's owner id is made per acquisition: the hook knows
+		// the arrival by its context.
+		err := lk.Lock(context.WithValue(ctx, arrivalKey{}, owner))
 		wait := time.Since(t0)
 		r.waiting.Add(-1)
 		hook.forget(owner)
@@ -235,7 +261,15 @@ func (r *run) contend(ctx context.Context, lk locker, hook *arrivalHook, idx int
 			return
 		}
 		grant := int(r.grants.Add(1))
+		var token int64
+		if pl, ok := lk.(*permitLocker); ok {
+			token = pl.Token()
+			r.held(1)
+		}
 		seat, err := r.book(ctx, who, rng)
+		if token > 0 {
+			r.held(-1)
+		}
 		// Unlock on a context that Ctrl-C does not end: the library runs
 		// an Unlock whose ctx has already ended on a fresh context, but
 		// one whose ctx ends during the call (waiting for a pooled
@@ -248,7 +282,7 @@ func (r *run) contend(ctx context.Context, lk locker, hook *arrivalHook, idx int
 		cancel()
 		r.mu.Lock()
 		r.result.Bookings = append(r.result.Bookings,
-			Booking{Grant: grant, Arrival: seq, Who: who, Owner: owner, Seat: seat, Wait: wait})
+			Booking{Grant: grant, Arrival: seq, Who: who, Owner: owner, Seat: seat, Wait: wait, Token: token})
 		if seat > 0 {
 			r.result.Booked++
 			r.result.PerContender[idx]++
@@ -268,6 +302,9 @@ func (r *run) contend(ctx context.Context, lk locker, hook *arrivalHook, idx int
 // Redis: only the lock keeps two holders from taking the same seat, and
 // HSETNX counts any seat written twice.
 func (r *run) book(ctx context.Context, who string, rng *mrand.Rand) (int, error) {
+	if isSemaphore(r.kind) {
+		return r.bookWindow(ctx, who, rng)
+	}
 	n, err := r.observer.Get(ctx, r.next).Int()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return 0, err
@@ -289,6 +326,46 @@ func (r *run) book(ctx context.Context, who string, rng *mrand.Rand) (int, error
 	if err := r.observer.Set(ctx, r.next, seat, 0).Err(); err != nil {
 		return 0, err
 	}
+	r.hold(ctx, rng)
+	return seat, nil
+}
+
+// bookWindow is book at one of the semaphore's booking windows: the seat
+// number is drawn atomically (several windows book at once), and HSETNX
+// still counts a seat written twice.
+func (r *run) bookWindow(ctx context.Context, who string, rng *mrand.Rand) (int, error) {
+	n, err := r.observer.Incr(ctx, r.next).Result()
+	if err != nil {
+		return 0, err
+	}
+	if n > int64(r.c.Seats) {
+		r.soldOut.Store(true)
+		return 0, nil
+	}
+	fresh, err := r.observer.HSetNX(ctx, r.bookings, fmt.Sprint(n), who).Result()
+	if err != nil {
+		return 0, err
+	}
+	if !fresh {
+		r.mu.Lock()
+		r.result.DoubleBookings++
+		r.mu.Unlock()
+	}
+	r.hold(ctx, rng)
+	return int(n), nil
+}
+
+// held counts permits taken (d = 1) or about to be given back (d = -1),
+// and keeps the most held at once.
+func (r *run) held(d int64) {
+	n := r.holding.Add(d)
+	r.mu.Lock()
+	r.result.MaxHeld = max(r.result.MaxHeld, int(n))
+	r.mu.Unlock()
+}
+
+// hold keeps the lock (or permit) a while, Hold on average.
+func (r *run) hold(ctx context.Context, rng *mrand.Rand) {
 	if r.c.Hold > 0 {
 		d := r.c.Hold/2 + time.Duration(rng.Int64N(int64(r.c.Hold)+1))
 		t := time.NewTimer(d)
@@ -298,7 +375,6 @@ func (r *run) book(ctx context.Context, who string, rng *mrand.Rand) (int, error
 			t.Stop()
 		}
 	}
-	return seat, nil
 }
 
 // checkQueue reads the fair queue right after owner (arrival seq) joined it,

@@ -1,0 +1,271 @@
+package semaphore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/internal/wire"
+)
+
+// Fair is a handle on a fair semaphore (ours; Redisson has none): a pool of
+// permits granted in arrival order. An acquisition asks for n permits and
+// waits in one FIFO queue; it is granted when nobody is queued ahead of it
+// and n permits are free. A head asking for more permits than are free
+// blocks later, smaller requests (the rule of
+// golang.org/x/sync/semaphore.Weighted): nobody starves, and a large
+// request is not overtaken for ever by small ones.
+//
+// The queue is the fair lock's (its scalable engine, docs/design.md "The
+// fair semaphore"): one wake-up channel per waiter, wait slots, the head
+// grace, bounded replies, idempotent acquisition by request id, and the
+// same liveness bound. Permits' leases end on the Redis server's clock: a
+// crashed holder's permits come back when its lease ends.
+//
+// It is safe for concurrent use and cheap to make (NewFair talks to
+// nobody). On a zero Fair every call returns an error matching
+// fairlock.ErrInvalidValue. Bad input (n <= 0, a negative lease or wait, a
+// nil ctx) returns an error matching fairlock.ErrInvalidValue and sends
+// nothing.
+type Fair struct {
+	s    *core.Session
+	name string
+	k    wire.SemFairKeys
+}
+
+// The fair semaphore's refusals, matched with errors.Is.
+var (
+	// ErrNotSet: the pool was never set (SetPermits).
+	ErrNotSet = wire.ErrSemNotSet
+	// ErrTooMany: an acquisition asked for more permits than the pool has
+	// (it is refused, not queued: it could never be granted).
+	ErrTooMany = wire.ErrSemTooMany
+	// ErrNegative: AddPermits would make the pool negative.
+	ErrNegative = wire.ErrSemNegative
+)
+
+// NewFair returns a handle on the fair semaphore called name. Its pool is
+// set by SetPermits; until then acquisitions fail with ErrNotSet.
+func NewFair(c *fairlock.Client, name string) (*Fair, error) {
+	s := core.Of(c)
+	if s == nil {
+		return nil, fmt.Errorf("%w: nil client", fairlock.ErrInvalidValue)
+	}
+	if err := wire.ValidateName(name); err != nil {
+		return nil, err
+	}
+	s.RegisterKind(core.KindFairSemaphore, renewFair)
+	return &Fair{s: s, name: name, k: wire.SemFairKeysFor(name)}, nil
+}
+
+// holdersPrefix and leasesPrefix: a hold's watchdog entry is named by its
+// semaphore's holders hash; the renewal finds the leases set beside it.
+const (
+	holdersPrefix = "fairlock_sem:"
+	leasesPrefix  = "fairlock_sem_lease:"
+)
+
+// renewFair is the watchdog's renewal of fair-semaphore holds
+// (sem_fair_renew.lua): names are holders hashes.
+func renewFair(ctx context.Context, s *core.Session, names, owners []string, leaseMs int64) ([]wire.RenewStatus, error) {
+	ks := make([]wire.SemFairKeys, len(names))
+	for i, n := range names {
+		ks[i] = wire.SemFairKeys{Holders: n, Leases: leasesPrefix + strings.TrimPrefix(n, holdersPrefix)}
+	}
+	return wire.SemFairDefault().RenewEach(ctx, s.RDB, ks, owners, leaseMs)
+}
+
+// Name is the semaphore's name.
+func (f *Fair) Name() string {
+	if f == nil {
+		return ""
+	}
+	return f.name
+}
+
+var errZeroFair = fmt.Errorf("%w: zero semaphore.Fair (use NewFair)", fairlock.ErrInvalidValue)
+
+func (f *Fair) check(ctx context.Context) error {
+	if f == nil || f.s == nil {
+		return errZeroFair
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	}
+	return nil
+}
+
+// Acquire takes n permits, waiting in the queue until they are granted or
+// ctx ends.
+//
+// With lease 0 the permits are kept by the client's watchdog (they expire
+// one client lease after the last renewal: a holder that crashes gives
+// them back within that lease); a positive lease (at least 10 ms) makes
+// them come back that long after the grant, on the server's clock.
+//
+// It returns either a Permit with a nil error (the caller holds the
+// permits), or an error and no permits: one matching fairlock.ErrCanceled
+// and ctx.Err() when ctx ended (the queue place is left and anything a late
+// copy of the request took is given back, in the background),
+// fairlock.ErrClosed after Close, ErrNotSet, ErrTooMany.
+func (f *Fair) Acquire(ctx context.Context, n int, lease time.Duration) (*Permit, error) {
+	return f.acquire(ctx, n, core.Forever, lease)
+}
+
+// TryAcquire takes n permits, waiting in the queue at most wait (0: one
+// attempt that never queues, granted only when nobody waits and n permits
+// are free). It returns a nil Permit and a nil error when the wait ran out,
+// and follows Acquire's rules otherwise.
+func (f *Fair) TryAcquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
+	if wait < 0 {
+		return nil, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, wait)
+	}
+	return f.acquire(ctx, n, wait, lease)
+}
+
+// acquire runs one acquisition on the library's wait loop: a hold whose
+// owner id is fresh ("<client-uuid>:<thread-id>", one per acquisition) and
+// whose engine runs the fair semaphore's scripts.
+func (f *Fair) acquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
+	if err := f.check(ctx); err != nil {
+		return nil, err
+	}
+	if n <= 0 || lease < 0 {
+		return nil, fmt.Errorf("%w: %d permits, lease %v", fairlock.ErrInvalidValue, n, lease)
+	}
+	owner := wire.Owner(f.s.ID, f.s.NewThreadID())
+	queue := wait != 0
+	e := &fairEngine{s: f.s, k: f.k, n: int64(n)}
+	m, err := core.NewHold(f.s, f.k.Holders, owner, e, core.KindFairSemaphore, queue)
+	if err != nil {
+		return nil, err
+	}
+	var token int64
+	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &token})
+	if err != nil || !ok {
+		return nil, err
+	}
+	return &Permit{m: m, token: token, n: n}, nil
+}
+
+// fairEngine runs the fair semaphore's scripts for one acquisition of n
+// permits (core.Engine and core.Voider). Its holds are fields of the
+// holders hash, which is the hold's name: core's replica check
+// (HEXISTS/HINCRBY 0 on it) fits them as it is.
+type fairEngine struct {
+	s *core.Session
+	k wire.SemFairKeys
+	n int64
+}
+
+func (e *fairEngine) args(a wire.Args) wire.SemArgs {
+	return wire.SemArgs{Owner: a.Owner, Permits: e.n, LeaseMs: a.LeaseMs, WaitMs: a.WaitMs, GraceMs: a.GraceMs,
+		AcquireID: a.AcquireID, LatchMs: a.LatchMs, PubCmd: a.PubCmd}
+}
+
+// Try makes one attempt (sem_fair_acquire.lua): acquired, ttlMs is the
+// grant's token; otherwise how long to sleep at most.
+func (e *fairEngine) Try(ctx context.Context, a wire.Args, queue bool) (bool, int64, error) {
+	sa := e.args(a)
+	sa.Queue = queue
+	r, err := wire.SemFairDefault().Acquire(ctx, e.s.RDB, e.k, sa)
+	if err != nil {
+		return false, 0, err
+	}
+	if r.Granted {
+		return true, r.Token, nil
+	}
+	return false, r.SleepMs, nil
+}
+
+// GiveUp leaves the queue (sem_fair_leave.lua).
+func (e *fairEngine) GiveUp(ctx context.Context, a wire.Args) error {
+	_, err := wire.SemFairDefault().Leave(ctx, e.s.RDB, e.k, e.args(a))
+	return err
+}
+
+func (e *fairEngine) Unlock(ctx context.Context, a wire.Args) (wire.UnlockResult, error) {
+	ok, err := wire.SemFairDefault().Release(ctx, e.s.RDB, e.k, wire.SemArgs{Owner: a.Owner, ReleaseID: a.RequestID,
+		LatchMs: a.LatchMs, GraceMs: a.GraceMs, PubCmd: a.PubCmd})
+	if ok {
+		return wire.Released, err
+	}
+	return wire.NotHeld, err
+}
+
+// ForceUnlock is Unlock: the fair semaphore has no forced release.
+func (e *fairEngine) ForceUnlock(ctx context.Context, a wire.Args) (bool, error) {
+	r, err := e.Unlock(ctx, a)
+	return r == wire.Released, err
+}
+
+// WakeChannel is the waiter's own channel: only the waiters that must act
+// are woken.
+func (e *fairEngine) WakeChannel(owner string) string { return e.k.WaiterChannel(owner) }
+
+// Abandon voids the request (sem_fair_abandon.lua), which gives back the
+// permits a copy of it was granted: nothing is left for the caller to
+// release.
+func (e *fairEngine) Abandon(ctx context.Context, a wire.Args) (bool, error) {
+	_, err := wire.SemFairDefault().Abandon(ctx, e.s.RDB, e.k, e.args(a))
+	return false, err
+}
+
+func fairCall[T any](f *Fair, ctx context.Context, fn func(context.Context) (T, error)) (T, error) {
+	if err := f.check(ctx); err != nil {
+		var zero T
+		return zero, err
+	}
+	v, err := core.Call(ctx, fn)
+	if err != nil {
+		err = fmt.Errorf("semaphore %q: %w", f.name, err)
+	}
+	return v, err
+}
+
+// SetPermits sets the pool to n permits (n >= 0). Holders keep what they
+// hold; a pool shrunk below what is held grants nothing until enough is
+// given back. An increase wakes the head of the queue.
+func (f *Fair) SetPermits(ctx context.Context, n int) error {
+	if n < 0 {
+		return fmt.Errorf("%w: %d permits", fairlock.ErrInvalidValue, n)
+	}
+	_, err := fairCall(f, ctx, func(ctx context.Context) (int64, error) {
+		old, _, err := wire.SemFairDefault().SetPermits(ctx, f.s.RDB, f.k, int64(n), f.semArgs())
+		return old, err
+	})
+	return err
+}
+
+// AddPermits adds delta permits to the pool (negative: removes them) and
+// returns the new pool. It fails with ErrNotSet before SetPermits and with
+// ErrNegative when the pool would drop below 0.
+func (f *Fair) AddPermits(ctx context.Context, delta int) (int, error) {
+	v, err := fairCall(f, ctx, func(ctx context.Context) (int64, error) {
+		return wire.SemFairDefault().AddPermits(ctx, f.s.RDB, f.k, int64(delta), f.semArgs())
+	})
+	return int(v), err
+}
+
+func (f *Fair) semArgs() wire.SemArgs {
+	return wire.SemArgs{GraceMs: f.s.GraceMs(), PubCmd: f.s.PubCmd()}
+}
+
+// State is what a fair semaphore holds at one moment.
+type State struct {
+	Pool      int // the pool; -1: not set
+	Available int // the pool less the permits of live holds (negative after a shrink; -1: not set)
+	Holders   int // live holds
+	Queued    int // waiters in the queue
+}
+
+// State reads the semaphore (one read-only script).
+func (f *Fair) State(ctx context.Context) (State, error) {
+	st, err := fairCall(f, ctx, func(ctx context.Context) (wire.SemState, error) {
+		return wire.SemFairDefault().State(ctx, f.s.RDB, f.k)
+	})
+	return State{Pool: int(st.Pool), Available: int(st.Available), Holders: int(st.Holders), Queued: int(st.Queued)}, err
+}
