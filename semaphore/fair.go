@@ -61,10 +61,6 @@ func NewFair(c *fairlock.Client, name string) (*Fair, error) {
 	return &Fair{s: s, name: name, k: wire.SemFairKeysFor(name)}, nil
 }
 
-// fairScripts is the fair semaphore's script set (tests swap in broken
-// ones: export_test.go).
-var fairScripts = wire.SemFairDefault
-
 // holdersPrefix and leasesPrefix: a hold's watchdog entry is named by its
 // semaphore's holders hash; the renewal finds the leases set beside it.
 const (
@@ -79,7 +75,7 @@ func renewFair(ctx context.Context, s *core.Session, names, owners []string, lea
 	for i, n := range names {
 		ks[i] = wire.SemFairKeys{Holders: n, Leases: leasesPrefix + strings.TrimPrefix(n, holdersPrefix)}
 	}
-	return fairScripts().RenewEach(ctx, s.RDB, ks, owners, leaseMs)
+	return s.SemFairScripts().RenewEach(ctx, s.RDB, ks, owners, leaseMs)
 }
 
 // Name is the semaphore's name.
@@ -175,7 +171,7 @@ func (e *fairEngine) args(a wire.Args) wire.SemArgs {
 func (e *fairEngine) Try(ctx context.Context, a wire.Args, queue bool) (bool, int64, error) {
 	sa := e.args(a)
 	sa.Queue = queue
-	r, err := fairScripts().Acquire(ctx, e.s.RDB, e.k, sa)
+	r, err := e.s.SemFairScripts().Acquire(ctx, e.s.RDB, e.k, sa)
 	if err != nil {
 		return false, 0, err
 	}
@@ -187,12 +183,12 @@ func (e *fairEngine) Try(ctx context.Context, a wire.Args, queue bool) (bool, in
 
 // GiveUp leaves the queue (sem_fair_leave.lua).
 func (e *fairEngine) GiveUp(ctx context.Context, a wire.Args) error {
-	_, err := fairScripts().Leave(ctx, e.s.RDB, e.k, e.args(a))
+	_, err := e.s.SemFairScripts().Leave(ctx, e.s.RDB, e.k, e.args(a))
 	return err
 }
 
 func (e *fairEngine) Unlock(ctx context.Context, a wire.Args) (wire.UnlockResult, error) {
-	ok, err := fairScripts().Release(ctx, e.s.RDB, e.k, wire.SemArgs{Owner: a.Owner, ReleaseID: a.RequestID,
+	ok, err := e.s.SemFairScripts().Release(ctx, e.s.RDB, e.k, wire.SemArgs{Owner: a.Owner, ReleaseID: a.RequestID,
 		LatchMs: a.LatchMs, GraceMs: a.GraceMs, PubCmd: a.PubCmd})
 	if ok {
 		return wire.Released, err
@@ -214,7 +210,7 @@ func (e *fairEngine) WakeChannel(owner string) string { return e.k.WaiterChannel
 // permits a copy of it was granted: nothing is left for the caller to
 // release.
 func (e *fairEngine) Abandon(ctx context.Context, a wire.Args) (bool, error) {
-	_, err := fairScripts().Abandon(ctx, e.s.RDB, e.k, e.args(a))
+	_, err := e.s.SemFairScripts().Abandon(ctx, e.s.RDB, e.k, e.args(a))
 	return false, err
 }
 
@@ -238,7 +234,7 @@ func (f *Fair) SetPermits(ctx context.Context, n int) error {
 		return fmt.Errorf("%w: %d permits", fairlock.ErrInvalidValue, n)
 	}
 	_, err := fairCall(f, ctx, func(ctx context.Context) (int64, error) {
-		old, _, err := fairScripts().SetPermits(ctx, f.s.RDB, f.k, int64(n), f.semArgs())
+		old, _, err := f.s.SemFairScripts().SetPermits(ctx, f.s.RDB, f.k, int64(n), f.semArgs())
 		return old, err
 	})
 	return err
@@ -249,7 +245,7 @@ func (f *Fair) SetPermits(ctx context.Context, n int) error {
 // ErrNegative when the pool would drop below 0.
 func (f *Fair) AddPermits(ctx context.Context, delta int) (int, error) {
 	v, err := fairCall(f, ctx, func(ctx context.Context) (int64, error) {
-		return fairScripts().AddPermits(ctx, f.s.RDB, f.k, int64(delta), f.semArgs())
+		return f.s.SemFairScripts().AddPermits(ctx, f.s.RDB, f.k, int64(delta), f.semArgs())
 	})
 	return int(v), err
 }
@@ -269,7 +265,7 @@ type State struct {
 // State reads the semaphore (one read-only script).
 func (f *Fair) State(ctx context.Context) (State, error) {
 	st, err := fairCall(f, ctx, func(ctx context.Context) (wire.SemState, error) {
-		return fairScripts().State(ctx, f.s.RDB, f.k)
+		return f.s.SemFairScripts().State(ctx, f.s.RDB, f.k)
 	})
 	return State{Pool: int(st.Pool), Available: int(st.Available), Holders: int(st.Holders), Queued: int(st.Queued)}, err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/semaphore"
@@ -305,10 +306,9 @@ func TestFairChecksCatchABrokenQueue(t *testing.T) {
 		}
 		return src
 	})
-	defer semaphore.UseFairScripts(broken)()
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
-		f, _ := newFair(t, b, 2)
+		f, _ := newFair(t, b, 2, core.WithSemFairScripts(broken))
 		p, err := f.Acquire(ctx, 1, 0)
 		require.NoError(t, err)
 		head := enqueue(t, ctx, f, 2)

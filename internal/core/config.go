@@ -22,14 +22,21 @@ type Config struct {
 
 	// Set only by tests, through the options below, when the client is
 	// made; never changed on a live session.
-	Scripts   *wire.Scripts // the scripts the locks run; default wire.Default()
-	WallClock func() int64  // the wall clock in Unix ms the fair scripts read ("now"); default time.Now
+	Scripts *wire.Scripts // the scripts the locks run; default wire.Default()
+	// SemFairScripts are the fair semaphore's; default wire.SemFairDefault().
+	SemFairScripts *wire.SemFairScripts
+	WallClock      func() int64 // the wall clock in Unix ms the fair scripts read ("now"); default time.Now
 }
 
 // WithScripts makes a client run scripts (a test's deliberately broken
 // variant, wire.Edit). It is a client option: pass it to fairlock.NewClient.
 func WithScripts(scripts *wire.Scripts) func(*Config) {
 	return func(c *Config) { c.Scripts = scripts }
+}
+
+// WithSemFairScripts is WithScripts for the fair semaphore's scripts.
+func WithSemFairScripts(scripts *wire.SemFairScripts) func(*Config) {
+	return func(c *Config) { c.SemFairScripts = scripts }
 }
 
 // WithWallClock makes a client read its wall clock (the fair scripts' "now")
@@ -63,6 +70,9 @@ func (c *Config) fill() error {
 	def(&c.ReplicaAck, time.Second)
 	if c.RenewBatch == 0 {
 		c.RenewBatch = 100
+	}
+	if c.SemFairScripts == nil {
+		c.SemFairScripts = wire.SemFairDefault()
 	}
 	if c.Scripts == nil {
 		c.Scripts = wire.Default()

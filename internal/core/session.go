@@ -73,6 +73,9 @@ func (s *Session) WallMs() int64 { return s.Config.WallClock() }
 // Scripts is the set of scripts the client's locks run.
 func (s *Session) Scripts() *wire.Scripts { return s.Config.Scripts }
 
+// SemFairScripts is the set of scripts the client's fair semaphores run.
+func (s *Session) SemFairScripts() *wire.SemFairScripts { return s.Config.SemFairScripts }
+
 // NewSession starts a session over rdb: the watchdog goroutine starts now,
 // the pub/sub connection at the first wait.
 func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {

@@ -31,7 +31,7 @@ type arrivalHook struct {
 // label (permitLocker.Owner).
 type arrivalKey struct{}
 
-func newArrivalHook(kind string, scripts *wire.Scripts) *arrivalHook {
+func newArrivalHook(kind string, scripts *wire.Scripts, semFair *wire.SemFairScripts) *arrivalHook {
 	file := wire.FileAcquire
 	switch kind {
 	case Fair:
@@ -40,7 +40,10 @@ func newArrivalHook(kind string, scripts *wire.Scripts) *arrivalHook {
 		file = wire.FileSemAcquire
 	case FairSemaphore:
 		// the fair semaphore's scripts are a set of their own
-		return &arrivalHook{sha: wire.SemFairDefault().Script(wire.FileSemFairAcquire).Hash(), byCtx: true,
+		if semFair == nil {
+			semFair = wire.SemFairDefault()
+		}
+		return &arrivalHook{sha: semFair.Script(wire.FileSemFairAcquire).Hash(), byCtx: true,
 			pending: map[string]func(bool){}}
 	}
 	if scripts == nil {

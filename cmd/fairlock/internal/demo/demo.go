@@ -63,6 +63,9 @@ type Config struct {
 	// Tests pass deliberately broken sets to show that the demo's checks
 	// catch a lock that is not fair.
 	Scripts *wire.Scripts
+	// SemFairScripts are the fair semaphore's scripts (--permits); nil:
+	// wire.SemFairDefault(). For tests, as Scripts.
+	SemFairScripts *wire.SemFairScripts
 	// Progress receives a line per kind every ProgressEvery (default
 	// 250ms) and at the end; nil: none.
 	Progress      io.Writer

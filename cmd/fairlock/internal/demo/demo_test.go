@@ -60,3 +60,58 @@ func TestChecksCatchAnUnfairQueue(t *testing.T) {
 		assert.Equal(t, c.Seats, r.Booked)
 	})
 }
+
+// TestPermitsMode runs the --permits mode on both semaphores: the fair one
+// grants in arrival order, neither lets more holders in than the pool, and
+// every seat is booked once.
+func TestPermitsMode(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		c := Config{Clients: 2, Goroutines: 4, Seats: 40, Hold: 20 * time.Millisecond, Permits: 3,
+			Kinds: []string{FairSemaphore, Semaphore}, Seed: 1, Redis: &redis.Options{Addr: b.Addr},
+			Prefix: redistest.Prefix(t), Options: []fairlock.Option{fairlock.WithLease(5 * time.Second)}}
+		rs, err := Run(ctx, c)
+		require.NoError(t, err)
+		require.Len(t, rs, 2)
+		for _, r := range rs {
+			assert.Equal(t, c.Seats, r.Booked, r.Kind)
+			assert.Zero(t, r.DoubleBookings, r.Kind)
+			assert.LessOrEqual(t, r.MaxHeld, c.Permits, r.Kind)
+			assert.Positive(t, r.MaxHeld, r.Kind)
+			assert.Empty(t, r.Leftover, r.Kind)
+		}
+		inv, _ := rs[0].Inversions()
+		assert.Zero(t, inv, "the fair semaphore granted out of arrival order")
+		assert.Zero(t, rs[0].OutOfTurn())
+	})
+}
+
+// TestPermitsModeCatchesAnUnfairSemaphore: the same run on a fair
+// semaphore whose acquisition ignores the queue (whoever finds a permit free
+// takes it): the demo's figures show the inversions.
+func TestPermitsModeCatchesAnUnfairSemaphore(t *testing.T) {
+	const good = "        if head and head ~= owner then\n            return false, false"
+	broken := wire.EditSemFair(func(file, src string) string {
+		if file == wire.FileSemFairAcquire {
+			require.Contains(t, src, good)
+			// whoever finds a permit free takes it, queued or not
+			return strings.Replace(src, good, "        if false then\n            return false, false", 1)
+		}
+		return src
+	})
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		c := Config{Clients: 2, Goroutines: 4, Seats: 60, Hold: 20 * time.Millisecond, Permits: 2,
+			Kinds: []string{FairSemaphore}, Seed: 1, Redis: &redis.Options{Addr: b.Addr},
+			Prefix: redistest.Prefix(t), SemFairScripts: broken,
+			Options: []fairlock.Option{fairlock.WithLease(5 * time.Second)}}
+		rs, err := Run(ctx, c)
+		require.NoError(t, err)
+		r := rs[0]
+		inv, _ := r.Inversions()
+		assert.Positive(t, inv, "inversions")
+		assert.LessOrEqual(t, r.MaxHeld, c.Permits)
+	})
+}

@@ -115,11 +115,14 @@ func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 func newClients(c Config, kind string, clients []demoClient) error {
 	for i := range clients {
 		rdb := redis.NewClient(c.Redis)
-		h := newArrivalHook(kind, c.Scripts)
+		h := newArrivalHook(kind, c.Scripts, c.SemFairScripts)
 		rdb.AddHook(h)
 		opts := c.Options
 		if c.Scripts != nil {
 			opts = append(opts[:len(opts):len(opts)], core.WithScripts(c.Scripts))
+		}
+		if c.SemFairScripts != nil {
+			opts = append(opts[:len(opts):len(opts)], core.WithSemFairScripts(c.SemFairScripts))
 		}
 		fl, err := fairlock.NewClient(rdb, opts...)
 		if err != nil {
