@@ -303,20 +303,27 @@ func (r *run) contend(ctx context.Context, lk locker, hook *arrivalHook, idx int
 // book runs inside the lock: read the next free seat, write the booking,
 // hold the lock a while. The read-then-write is deliberately not atomic in
 // Redis: only the lock keeps two holders from taking the same seat, and
-// HSETNX counts any seat written twice.
+// HSETNX counts any seat written twice. At a semaphore's booking windows
+// (several book at once) the seat number is drawn atomically instead.
 func (r *run) book(ctx context.Context, who string, rng *mrand.Rand) (int, error) {
+	var seat int
 	if isSemaphore(r.kind) {
-		return r.bookWindow(ctx, who, rng)
+		n, err := r.observer.Incr(ctx, r.next).Result()
+		if err != nil {
+			return 0, err
+		}
+		seat = int(n)
+	} else {
+		n, err := r.observer.Get(ctx, r.next).Int()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return 0, err
+		}
+		seat = n + 1
 	}
-	n, err := r.observer.Get(ctx, r.next).Int()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return 0, err
-	}
-	if n >= r.c.Seats {
+	if seat > r.c.Seats {
 		r.soldOut.Store(true)
 		return 0, nil
 	}
-	seat := n + 1
 	fresh, err := r.observer.HSetNX(ctx, r.bookings, fmt.Sprint(seat), who).Result()
 	if err != nil {
 		return 0, err
@@ -326,36 +333,13 @@ func (r *run) book(ctx context.Context, who string, rng *mrand.Rand) (int, error
 		r.result.DoubleBookings++
 		r.mu.Unlock()
 	}
-	if err := r.observer.Set(ctx, r.next, seat, 0).Err(); err != nil {
-		return 0, err
+	if !isSemaphore(r.kind) {
+		if err := r.observer.Set(ctx, r.next, seat, 0).Err(); err != nil {
+			return 0, err
+		}
 	}
 	r.hold(ctx, rng)
 	return seat, nil
-}
-
-// bookWindow is book at one of the semaphore's booking windows: the seat
-// number is drawn atomically (several windows book at once), and HSETNX
-// still counts a seat written twice.
-func (r *run) bookWindow(ctx context.Context, who string, rng *mrand.Rand) (int, error) {
-	n, err := r.observer.Incr(ctx, r.next).Result()
-	if err != nil {
-		return 0, err
-	}
-	if n > int64(r.c.Seats) {
-		r.soldOut.Store(true)
-		return 0, nil
-	}
-	fresh, err := r.observer.HSetNX(ctx, r.bookings, fmt.Sprint(n), who).Result()
-	if err != nil {
-		return 0, err
-	}
-	if !fresh {
-		r.mu.Lock()
-		r.result.DoubleBookings++
-		r.mu.Unlock()
-	}
-	r.hold(ctx, rng)
-	return int(n), nil
 }
 
 // held counts permits taken (d = 1) or about to be given back (d = -1),
