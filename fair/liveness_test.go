@@ -23,32 +23,8 @@ import (
 // both engines, on a real redis-server and on miniredis (whose clock is made
 // to run with realClock, so leases and head graces end as on a server).
 
-// realClock makes a miniredis backend's clock follow real time (miniredis
-// moves only by FastForward), until the end of t. A no-op on redis-server.
-func realClock(t testing.TB, b *redistest.Backend) {
-	t.Helper()
-	if b.Mini == nil {
-		return
-	}
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		last := time.Now()
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case now := <-tick.C:
-				b.Mini.FastForward(now.Sub(last))
-				last = now
-			}
-		}
-	}()
-	t.Cleanup(func() { close(stop); <-done })
-}
+// realClock: see redistest.RealClock.
+func realClock(t testing.TB, b *redistest.Backend) { t.Helper(); redistest.RealClock(t, b) }
 
 // busyLoops keeps n goroutines spinning until the end of t, so that timing
 // bounds are checked on a loaded machine.

@@ -322,3 +322,35 @@ func TestFairChecksCatchABrokenQueue(t *testing.T) {
 		require.NoError(t, got(t, head).Release(ctx))
 	})
 }
+
+// Check (c) of issue 21: a live waiter behind a dead head is granted within
+// the fair lock's bound once a permit is free (two head graces for the dead
+// head, design.md "Fair-lock liveness"), not after the dead waiter's 5
+// minute slot nor the holder's 60 s watchdog lease that bounds a sleep
+// when no wake-up comes.
+func TestFairDeadHeadCostsTwoGraces(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		redistest.RealClock(t, b) // the graces are key TTLs
+		ctx := context.Background()
+		const grace = time.Second
+		f, _ := newFair(t, b, 1, fairlock.WithHeadGrace(grace), fairlock.WithLease(60*time.Second))
+		holder, err := f.Acquire(ctx, 1, 0)
+		require.NoError(t, err)
+		// the dead waiter: joins the queue and never calls again
+		k := wire.SemFairKeysFor(f.Name())
+		r, err := wire.SemFairDefault().Acquire(ctx, b.Client(t), k, wire.SemArgs{Owner: "dead-client:1", Permits: 1,
+			LeaseMs: 60000, WaitMs: (5 * time.Minute).Milliseconds(), GraceMs: grace.Milliseconds(), Queue: true,
+			AcquireID: "dead-request", LatchMs: 10000})
+		require.NoError(t, err)
+		require.False(t, r.Granted)
+		w := enqueue(t, ctx, f, 1)
+		released := time.Now()
+		require.NoError(t, holder.Release(ctx))
+		p := got(t, w)
+		took := time.Since(released)
+		t.Logf("granted %v after the release (grace %v)", took, grace)
+		assert.Less(t, took, 3*grace+3*time.Second, "the live waiter waited past the dead head's two graces")
+		assert.Equal(t, 0, state(t, f).Queued, "the dead head was pruned")
+		require.NoError(t, p.Release(ctx))
+	})
+}

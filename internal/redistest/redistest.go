@@ -222,3 +222,32 @@ func freePort() (int, error) {
 	}
 	return 0, errors.New("redistest: no free port")
 }
+
+// RealClock makes a miniredis backend's key expiry follow the real clock
+// until the end of t (miniredis counts TTLs down only when told, with
+// FastForward): every 5 ms it is moved on by the time that passed. Nothing
+// to do on a real redis-server.
+func RealClock(t testing.TB, b *Backend) {
+	t.Helper()
+	if b.Mini == nil {
+		return
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		last := time.Now()
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tick.C:
+				b.Mini.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
