@@ -321,9 +321,10 @@ func (s *semSeq) sumHeld() int64 {
 
 // granted counts a grant against the pool.
 func (s *semSeq) fairGranted(t *rapid.T, desc, owner string, n int64) {
-	if _, ok := s.held[owner]; !ok {
-		s.held[owner] = n
+	if _, ok := s.held[owner]; ok {
+		return // a copy answered from its latch: counted already
 	}
+	s.held[owner] = n
 	if sum := s.sumHeld(); sum > s.pool {
 		t.Fatalf("over-grant on %s: %s was granted and the holds granted add up to %d permits, the pool is %d (held: %v)\ndamage: %s\nstate now:\n%scalls:\n  %s",
 			s.tg.name(), desc, sum, max(s.pool, 0), s.held, orNone(s.applied), s.snapshot(), strings.Join(s.calls, "\n  "))
@@ -737,8 +738,10 @@ func (s *semSeq) view(t *rapid.T) *stateView { return (&corruptSeq{ctx: s.ctx, r
 
 func TestCorruptSemFair(t *testing.T) { checkCorruptSemFair(t, wire.SemFairDefault()) }
 
-func checkCorruptSemFair(t *testing.T, fs *wire.SemFairScripts) {
-	runSemCorrupt(t, func(s *semSeq, rt *rapid.T) {
+func checkCorruptSemFair(t *testing.T, fs *wire.SemFairScripts) { runSemCorrupt(t, semFairSeq(fs)) }
+
+func semFairSeq(fs *wire.SemFairScripts) func(s *semSeq, rt *rapid.T) {
+	return func(s *semSeq, rt *rapid.T) {
 		s.fs, s.fk, s.held, s.reqs = fs, semFairCorruptKeys, map[string]int64{}, map[string][]string{}
 		n := rapid.Int64Range(1, 3).Draw(rt, "pool")
 		if err := s.fairSetPermits(rt, n); err != nil {
@@ -770,7 +773,7 @@ func checkCorruptSemFair(t *testing.T, fs *wire.SemFairScripts) {
 		}
 		s.checkin, s.recovering = false, true
 		s.fairRecover(rt, n)
-	})
+	}
 }
 
 // fairRecover deletes every damaged key, sets the pool again, has every
@@ -891,10 +894,13 @@ func (s *semSeq) drawID(t *rapid.T) string {
 }
 
 func (s *semSeq) expGranted(t *rapid.T, desc string, ids []string) {
+	added := false
 	for _, id := range ids {
+		added = added || !s.ids[id]
 		s.ids[id] = true
 	}
-	if n := int64(len(s.ids)); n > s.cap {
+	// A copy answered for permits counted already takes nothing more.
+	if n := int64(len(s.ids)); added && n > s.cap {
 		t.Fatalf("over-grant on %s: %s was granted and the holds granted add up to %d permits, %d are in circulation\ndamage: %s\nstate now:\n%scalls:\n  %s",
 			s.tg.name(), desc, n, s.cap, orNone(s.applied), s.snapshot(), strings.Join(s.calls, "\n  "))
 	}
@@ -967,9 +973,9 @@ func (s *semSeq) expAcquireWith(t *rapid.T, a wire.SemAcquireArgs) (bool, int64)
 func (s *semSeq) zscores(ids []string) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {
-		v, err := s.rdb.Do(s.ctx, "zscore", s.ek.Timeouts, id).Text()
+		v, err := s.rdb.ZScore(s.ctx, s.ek.Timeouts, id).Result()
 		if err == nil {
-			out[i] = v
+			out[i] = strconv.FormatFloat(v, 'f', -1, 64)
 		}
 	}
 	return out
@@ -1011,7 +1017,13 @@ func (s *semSeq) expReleaseHold(t *rapid.T, h semHold) bool {
 		}
 		return false
 	}
-	s.expGone(h.ids)
+	// A release answered from its latch changed nothing: the ids that
+	// left the set are the ones given back.
+	for i, sc := range s.zscores(h.ids) {
+		if sc == "" {
+			s.expGone(h.ids[i : i+1])
+		}
+	}
 	return ok
 }
 
@@ -1109,15 +1121,11 @@ func (s *semSeq) recount(t *rapid.T) {
 	s.cap = pool + acquired
 	now := s.serverMs(t)
 	for id := range s.ids {
-		v, err := s.rdb.Do(s.ctx, "zscore", s.ek.Timeouts, id).Text()
-		if err != nil && strings.Contains(err.Error(), "WRONGTYPE") {
-			continue // no script can read it either
+		sc, err := s.rdb.ZScore(s.ctx, s.ek.Timeouts, id).Result()
+		if err != nil && err != redis.Nil {
+			continue // another type: no script can read it either
 		}
-		if err != nil {
-			delete(s.ids, id)
-			continue
-		}
-		if sc, perr := strconv.ParseFloat(v, 64); perr != nil || sc <= float64(now)+1000 {
+		if err == redis.Nil || sc <= float64(now)+1000 {
 			delete(s.ids, id)
 		}
 	}
@@ -1267,8 +1275,10 @@ var semExpDamages = []semDamage{
 
 func TestCorruptSemExpirable(t *testing.T) { checkCorruptSemExpirable(t, wire.Default()) }
 
-func checkCorruptSemExpirable(t *testing.T, ex *wire.Scripts) {
-	runSemCorrupt(t, func(s *semSeq, rt *rapid.T) {
+func checkCorruptSemExpirable(t *testing.T, ex *wire.Scripts) { runSemCorrupt(t, semExpSeq(ex)) }
+
+func semExpSeq(ex *wire.Scripts) func(s *semSeq, rt *rapid.T) {
+	return func(s *semSeq, rt *rapid.T) {
 		s.ex, s.ek, s.ids = ex, semExpCorruptKeys, map[string]bool{}
 		n := rapid.Int64Range(1, 3).Draw(rt, "pool")
 		if err := s.expSetPermits(rt, true, n); err != nil {
@@ -1298,7 +1308,7 @@ func checkCorruptSemExpirable(t *testing.T, ex *wire.Scripts) {
 		}
 		s.checkin, s.recovering = false, true
 		s.expRecover(rt, n)
-	})
+	}
 }
 
 func (s *semSeq) expRecover(t *rapid.T, n int64) {
@@ -1400,14 +1410,18 @@ func runSemCorrupt(t *testing.T, seq func(s *semSeq, rt *rapid.T)) {
 					out.log(t)
 				}
 			})
-			rapid.Check(t, func(rt *rapid.T) {
-				s := &semSeq{ctx: context.Background(), tg: tg, rdb: tg.fresh(rt), out: out, touched: map[string]bool{}}
-				out.mu.Lock()
-				out.seqs++
-				out.mu.Unlock()
-				seq(s, rt)
-			})
+			rapid.Check(t, semCorruptProp(tg, out, seq))
 		})
+	}
+}
+
+func semCorruptProp(tg hangTarget, out *semOutcomes, seq func(s *semSeq, rt *rapid.T)) func(*rapid.T) {
+	return func(rt *rapid.T) {
+		s := &semSeq{ctx: context.Background(), tg: tg, rdb: tg.fresh(rt), out: out, touched: map[string]bool{}}
+		out.mu.Lock()
+		out.seqs++
+		out.mu.Unlock()
+		seq(s, rt)
 	}
 }
 
@@ -1491,6 +1505,80 @@ func runSemFairCase(t *testing.T, vals []string, f func(t *testing.T, s *semSeq,
 					f(t, s, v)
 				})
 			}
+		})
+	}
+}
+
+// The test catches wrong scripts: the two fixes undone, and a release of
+// the permit-expirable semaphore that gives back a permit it never found.
+// Each must make the property fail on both backends within caughtRounds
+// rounds.
+func TestCorruptSemCatchesBrokenScripts(t *testing.T) {
+	edit := func(src, old, new string) string {
+		if strings.Count(src, old) != 1 {
+			t.Fatalf("%q is not in the script once", old)
+		}
+		return strings.Replace(src, old, new, 1)
+	}
+	fair := []struct{ name, old, new string }{
+		{"a holder count that is not a count counts 0 (before the fix)",
+			"        used = used + sem_count(v)", "        used = used + (tonumber(v) or 0)"},
+		{"a token key INCR cannot move passes the check (before the fix)",
+			"    if v and (not digits or #digits > 19 or (#digits == 19 and digits >= '9223372036854775807')\n" +
+				"            or (#digits > 1 and string.sub(digits, 1, 1) == '0')) then",
+			"    if v and not digits then"},
+	}
+	for _, v := range fair {
+		t.Run(v.name, func(t *testing.T) {
+			fs := wire.EditSemFair(func(file, src string) string {
+				if file != wire.FileSemFairAcquire {
+					return src
+				}
+				return edit(src, v.old, v.new)
+			})
+			requireCorruptSemCaught(t, semFairSeq(fs))
+		})
+	}
+	t.Run("a release by id gives back a permit it never found", func(t *testing.T) {
+		ex := wire.Edit(func(file, src string) string {
+			if file != wire.FileSemRelease {
+				return src
+			}
+			return edit(src, "if expiry == false then\n    return 0\nend", "if expiry == false then\n    expiry = '0'\nend")
+		})
+		requireCorruptSemCaught(t, semExpSeq(ex))
+	})
+}
+
+func requireCorruptSemCaught(t *testing.T, seq func(s *semSeq, rt *rapid.T)) {
+	t.Helper()
+	setFlag(t, "rapid.shrinktime", "200ms")
+	setFlag(t, "rapid.nofailfile", "true")
+	for _, be := range []struct {
+		name string
+		tg   func(*testing.T) hangTarget
+	}{
+		{"miniredis", func(t *testing.T) hangTarget { return newMiniHangTarget(t) }},
+		{"redis-server", func(t *testing.T) hangTarget { return newRealHangTarget(t) }},
+	} {
+		t.Run(be.name, func(t *testing.T) {
+			tg := be.tg(t)
+			for round := 1; round <= caughtRounds; round++ {
+				r := &recorder{name: t.Name()}
+				func() {
+					defer func() {
+						if p := recover(); p != nil && p != errFailNow {
+							panic(p)
+						}
+					}()
+					rapid.Check(r, semCorruptProp(tg, newSemOutcomes(), seq))
+				}()
+				if r.Failed() {
+					t.Logf("caught in round %d: %s", round, r.first())
+					return
+				}
+			}
+			t.Fatalf("not caught in %d rounds", caughtRounds)
 		})
 	}
 }
