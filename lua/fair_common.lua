@@ -223,8 +223,12 @@ local function token_check(key)
     if type(v) == 'table' and v.err then
         return redis.error_reply('fairlock: fencing token key ' .. key .. ': ' .. v.err)
     end
-    if v and not string.match(v, '^-?%d+$') then
-        return redis.error_reply('fairlock: fencing token key ' .. key .. ' does not hold an integer')
+    -- What INCR takes: a decimal int64 without leading zeros, below the
+    -- maximum (where INCR would overflow).
+    local digits = v and string.match(v, '^-?(%d+)$')
+    if v and (not digits or #digits > 19 or (#digits == 19 and digits >= '9223372036854775807')
+            or (#digits > 1 and string.sub(digits, 1, 1) == '0')) then
+        return redis.error_reply('fairlock: fencing token key ' .. key .. ' does not hold an integer INCR can move')
     end
     TOKEN = tonumber(v)
     return nil

@@ -79,11 +79,22 @@ local function sem_holds(owner)
     return score ~= false and score ~= nil and tonumber(score) > NOW and redis.call('hexists', HOLDERS, owner) == 1
 end
 
+-- sem_count: the permits a holder's field stands for. A field that is
+-- not a count (damaged: not an integer >= 1) counts as the whole pool, so
+-- that nothing is granted on its permits until it is released or its
+-- lease ends.
+local function sem_count(v)
+    if type(v) ~= 'string' or not string.match(v, '^0*[1-9]%d*$') then
+        return POOL or 0
+    end
+    return tonumber(v)
+end
+
 -- sem_used sums the permits of the holders (O(holders), at most the pool).
 local function sem_used()
     local used = 0
     for _, v in ipairs(redis.call('hvals', HOLDERS)) do
-        used = used + (tonumber(v) or 0)
+        used = used + sem_count(v)
     end
     return used
 end
