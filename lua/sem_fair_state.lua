@@ -15,9 +15,9 @@ if bad then
 end
 local used, holders = 0, 0
 for _, o in ipairs(redis.call('zrangebyscore', KEYS[2], '(' .. NOW, '+inf')) do
-    local n = tonumber(redis.call('hget', KEYS[1], o))
-    if n then
-        used, holders = used + n, holders + 1
+    local v = redis.call('hget', KEYS[1], o)
+    if v then -- a damaged count counts as acquisition counts it (sem_count)
+        used, holders = used + sem_count(v), holders + 1
     end
 end
 local fields = redis.call('hlen', KEYS[4])

@@ -281,3 +281,28 @@ func TestSemFairDamagedQueueReturns(t *testing.T) {
 		})
 	}
 }
+
+// A holder's count that is not a count (damaged) stands for the whole pool
+// in acquisition (res_sem.lua's sem_count); State must read it the same
+// way rather than report its permits free.
+func TestSemFairStateCountsADamagedHolderAsAcquisitionDoes(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		s := wire.SemFairDefault()
+		k := wire.SemFairKeysFor(redistest.Prefix(t) + "sem")
+		_, _, err := s.SetPermits(ctx, rdb, k, 3, wire.SemArgs{})
+		require.NoError(t, err)
+		r, err := s.Acquire(ctx, rdb, k, wire.SemArgs{Owner: "u:A", Permits: 1, LeaseMs: 60000, WaitMs: 30000, Queue: true})
+		require.NoError(t, err)
+		require.True(t, r.Granted)
+		require.NoError(t, rdb.HSet(ctx, k.Holders, "u:A", "x").Err())
+		st, err := s.State(ctx, rdb, k)
+		require.NoError(t, err)
+		r, err = s.Acquire(ctx, rdb, k, wire.SemArgs{Owner: "u:B", Permits: 1, LeaseMs: 60000, WaitMs: 30000})
+		require.NoError(t, err)
+		assert.False(t, r.Granted, "nothing is granted against a damaged count")
+		assert.Equal(t, wire.SemState{Pool: 3, Available: 0, Holders: 1, Queued: 0}, st,
+			"State reports as free only what an acquisition could take")
+	})
+}
