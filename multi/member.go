@@ -110,7 +110,7 @@ func validate(members []Member) ([]*member, error) {
 			return nil, fmt.Errorf("%w: multi: member %d is a zero lock handle (make one with its package's New)", fairlock.ErrInvalidValue, i)
 		}
 		mb := &member{m: m, idx: i, name: name, slot: core.Slot(name), rank: 1, owner: m.Owner()}
-		if rw, ok := m.(*rwlock.Lock); ok && isWriteHalf(rw) {
+		if rw, ok := m.(*rwlock.Lock); ok && rw.IsWrite() {
 			mb.rank = 0
 		}
 		if t, ok := m.(tokener); ok {
@@ -121,10 +121,6 @@ func validate(members []Member) ([]*member, error) {
 	}
 	return out, nil
 }
-
-// isWriteHalf reports the write half of an rwlock: its owner id is the
-// read half's with ":write" appended (wire.WriterOwner).
-func isWriteHalf(l *rwlock.Lock) bool { return strings.HasSuffix(l.Owner(), ":write") }
 
 // clientID is the client part of an owner id "<client-uuid>:<thread-id>".
 func clientID(owner string) string {

@@ -117,6 +117,10 @@ func (rw *RWMutex) Name() string {
 	return rw.read.m.Keys.Name
 }
 
+// IsWrite reports whether l is the write half of its RWMutex (false on a
+// nil or zero Lock).
+func (l *Lock) IsWrite() bool { return !l.zero() && l.write }
+
 // ForceUnlock deletes the lock, whoever holds it, when it is held in this
 // half's mode (the read half deletes a read-locked lock, the write half a
 // write-locked one), and wakes the waiters. It reports whether a lock was
