@@ -23,7 +23,7 @@ import (
 //
 // The names must share one hash tag (the venue: "{venue}:12A",
 // "{venue}:12B"), so that every key is in one cluster slot. Each Acquire is
-// one hold with a fresh owner; holds have the fair lock's promises (wait-up
+// one hold with a fresh owner; holds have the fair lock's promises (wake-up
 // channel per waiter, head grace, latches, a lease on the server's clock,
 // watchdog renewal, Done/Err/ValidUntil, a fencing token).
 //
