@@ -125,6 +125,7 @@ type RenewEach func(ctx context.Context, s *Session, names, owners []string, lea
 const (
 	KindSemaphore     watchdog.Kind = 2 // the permit-expirable semaphore's permits
 	KindFairSemaphore watchdog.Kind = 3 // the fair semaphore's holders
+	KindSeats         watchdog.Kind = 4 // the fair multi-seat hold's holders (package multi)
 )
 
 // RegisterKind makes r the renewal of watchdog kind k in this session (once:

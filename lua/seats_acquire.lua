@@ -1,0 +1,122 @@
+-- seats_acquire.lua: take a set of seats all at once, or join (stay in)
+-- the queue of every one of them (the fair multi-seat hold; not in
+-- Redisson). Run after latch_common.lua, fair_common.lua and
+-- seats_common.lua (which states the keys and the rules).
+--
+-- KEYS[1]  holds "fairlock_seats:{T}"
+-- KEYS[2]  leases "fairlock_seats_lease:{T}"
+-- KEYS[3]  seat holders "fairlock_seats_seat:{T}"
+-- KEYS[4]  requests "fairlock_seats_req:{T}"
+-- KEYS[5]  queues "fairlock_seats_queue:{T}"
+-- KEYS[6]  graces "fairlock_seats_grace:{T}"
+-- KEYS[7]  fencing token counter "fairlock_seats_token:{T}"
+-- KEYS[8]  channel prefix "fairlock_seats__channel:{T}"; a waiter listens
+--          on "<prefix>:<owner>"
+-- KEYS[9]  acquisition latch "fairlock_seats_acquire_latch:{T}:<request-id>"
+-- KEYS[10..]  the seats, 1 to 64 distinct names of venue T. They are also
+--          the names of locks that must not be held (checked with EXISTS,
+--          never written): a name is a seat or a lock, not both.
+-- ARGV[1]  lease in milliseconds (>= 1), on the server's clock
+-- ARGV[2]  owner id (no '|')
+-- ARGV[3]  latch lifetime in milliseconds (0: no latch)
+-- ARGV[4]  head grace in milliseconds (>= 1; the seats have no grace-off mode)
+-- ARGV[5]  publish command: "publish" or "spublish"
+-- ARGV[6]  1: join or stay in the queues when not granted; 0: one try that
+--          never queues
+--
+-- Replies:
+--   {1, token}  granted: the owner holds every seat until now + lease;
+--               token INCRed from the venue's counter. A later copy of the
+--               request (same latch) while the grant lasts: the same reply.
+--   {0, sleep}  not granted (queued in every queue when ARGV[6] is 1): how
+--               long the caller may sleep, ms (>= 1; a wake-up may come
+--               sooner)
+--   errors (nothing written): "fairlock: seats: bad arguments", "... owner
+--   already holds seats", "... owner is queued for other seats", "... seat
+--   <s> is also the name of a held lock", the latch's "acquisition request
+--   abandoned" / "already granted and its hold is over", a key of the
+--   wrong type, a token key that is not an integer.
+local lease, owner, latch_ttl, grace = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local queue = ARGV[6] == '1'
+local seats = {}
+for i = 10, #KEYS do
+    seats[#seats + 1] = KEYS[i]
+end
+if not lease or lease < 1 or not latch_ttl or not grace or grace < 1 or not owner or owner == ''
+    or string.find(owner, '|', 1, true) or #seats < 1 or #seats > 64 then
+    return redis.error_reply('fairlock: seats: bad arguments')
+end
+local named = {}
+for _, s in ipairs(seats) do
+    if named[s] then
+        return redis.error_reply('fairlock: seats: bad arguments (seat ' .. s .. ' named twice)')
+    end
+    named[s] = true
+end
+local bad = seats_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], ARGV[5], grace)
+if bad then
+    return bad
+end
+bad = token_check(KEYS[7])
+if bad then
+    return bad
+end
+if latch_ttl > 0 then
+    local state = redis.call('get', KEYS[9])
+    if state == 'void' or state == 'void:held' then
+        return redis.error_reply('fairlock: acquisition request abandoned')
+    end
+    local token = latch_token(state)
+    if token then
+        if seats_holds(owner) then
+            return {1, token}
+        end
+        return redis.error_reply('fairlock: acquisition request already granted and its hold is over')
+    end
+end
+for _, s in ipairs(seats) do
+    if redis.call('exists', s) == 1 then
+        return redis.error_reply('fairlock: seats: seat ' .. s .. ' is also the name of a held lock; a name is a seat or a lock, not both')
+    end
+end
+if seats_holds(owner) then
+    return redis.error_reply('fairlock: seats: owner already holds seats')
+end
+local mine = rec(owner)
+if mine and redis.call('hexists', S_HOLDS, owner) == 0 then
+    local same = #mine == #seats
+    for _, s in ipairs(mine) do
+        same = same and named[s] == true
+    end
+    if not same then
+        return redis.error_reply('fairlock: seats: owner is queued for other seats')
+    end
+end
+
+S_CALLER = owner
+seats_reclaim()
+mine = rec(owner)
+local queued = mine ~= nil
+if queued and not queued_in_all(owner, mine) then
+    leave_all(owner) -- missing from a queue: leave all, join all again below
+    queued = false
+end
+for _, s in ipairs(seats) do
+    work(s)
+end
+prune_all()
+if can_take(owner, seats) then
+    if queued then
+        leave_all(owner)
+    end
+    take(owner, seats, lease)
+    local token = fair_token(KEYS[7], true)
+    latch_grant(KEYS[9], latch_ttl, token)
+    finish_all()
+    return {1, token}
+end
+if queue and not queued then
+    join_all(owner, seats)
+end
+finish_all()
+return {0, seats_reply(owner, seats)}

@@ -1,0 +1,360 @@
+-- seats_common.lua: the fair multi-seat hold (not in Redisson; issue 22),
+-- shared by the seats_*.lua scripts. It is not a script by itself: package
+-- wire prepends latch_common.lua (the latch states), fair_common.lua (its
+-- token_check, fair_token and wake are reused; nothing else of it runs
+-- here) and this file to every seats_*.lua body, so each script stays one
+-- atomic EVAL. docs/design.md, "The fair multi-seat hold", states the rules.
+--
+-- A request asks for a set of seats of one venue (the seats' common hash
+-- tag {T}; every key below carries it, so one cluster slot). Keys:
+--   holds   hash "fairlock_seats:{T}": holder -> number of seats it holds
+--   leases  zset "fairlock_seats_lease:{T}": holder -> lease end (server
+--           clock, TIME, Unix ms)
+--   seat    hash "fairlock_seats_seat:{T}": seat -> its holder
+--   req     hash "fairlock_seats_req:{T}": owner -> its seats (a JSON
+--           array), while it is queued or holds
+--   queue   hash "fairlock_seats_queue:{T}": every seat's queue, a doubly
+--           linked list: "h|<seat>", "t|<seat>" the head and the tail;
+--           "n|<owner>|<seat>", "p|<owner>|<seat>" the next and previous
+--           owner ("" at the ends). Owners never contain '|'.
+--   grace   hash "fairlock_seats_grace:{T}": ready waiter -> the end of its
+--           grace (server clock); "+<end>" for its second grace
+--   token   string "fairlock_seats_token:{T}": the fencing-token counter
+-- and the wake-up channel prefix "fairlock_seats__channel:{T}" (a waiter
+-- listens on "<prefix>:<owner>").
+--
+-- The rules:
+--   - a request joins the queue of every seat it names in one script, and
+--     leaves them only all at once (granted, gave up, pruned); one found
+--     missing from any of its queues leaves all and joins all again. So all
+--     queues hold their requests in one total order (arrival);
+--   - ready: a queued request heads every queue it is in and every one of
+--     its seats is free (no holder; holders whose lease ended are reclaimed
+--     first by every script);
+--   - a caller is granted when it is ready, or when it is not queued, every
+--     queue of its seats is empty and every seat is free: all its seats at
+--     once, one lease, one token;
+--   - a ready request has a grace: whoever finds it ready without one
+--     starts it, whoever finds it run out starts the second; a second grace
+--     that ran out prunes it (from all its queues). Never the caller;
+--   - wake-ups: when a request's grace (first or second) starts, it is
+--     woken, and so is the waiter right behind it in each of its queues; at
+--     most once each per script, never the caller of an acquisition.
+-- Every script examines the seats it acts on (a worklist): the caller's,
+-- the seats of holds it reclaims or releases, and the seats of every
+-- waiter it removes; the work is O(those seats), never the queues' length.
+
+local S_HOLDS, S_LEASES, S_SEAT, S_REQ, S_QUEUE, S_GRACE
+local S_NOW      -- the server's clock, Unix ms
+local S_GRACE_MS -- the head grace, ms
+local S_CALLER   -- the acquisition's owner: never pruned, never woken
+local S_REC = {} -- owner -> its seats (false: none), read once
+local S_WORK, S_SEEN = {}, {} -- the seats to examine, in order
+local S_WOKEN = {}
+local S_BUDGET   -- removals left (a bound on every loop)
+
+local function seats_type(key)
+    local t = redis.call('type', key)
+    if type(t) == 'table' then
+        t = t.ok
+    end
+    return t
+end
+
+-- seats_init names the keys and the wake-up channel, reads the clock and
+-- checks the keys' types. Returns an error reply, or nil. Writes nothing.
+local function seats_init(holds, leases, seat, req, queue, grace_key, token, channel, pubcmd, grace)
+    S_HOLDS, S_LEASES, S_SEAT, S_REQ, S_QUEUE, S_GRACE = holds, leases, seat, req, queue, grace_key
+    CHANNEL, PUBCMD, MESSAGE = channel, pubcmd, '0' -- fair_common.lua's wake()
+    S_GRACE_MS = grace
+    local t = redis.call('time')
+    S_NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local want = {[holds] = 'hash', [leases] = 'zset', [seat] = 'hash', [req] = 'hash', [queue] = 'hash',
+        [grace_key] = 'hash', [token] = 'string'}
+    for _, key in ipairs({holds, leases, seat, req, queue, grace_key, token}) do
+        local got = seats_type(key)
+        if got ~= 'none' and got ~= want[key] then
+            return redis.error_reply('fairlock: seats key ' .. key .. ' holds a ' .. got .. ', not a ' .. want[key])
+        end
+    end
+    S_BUDGET = redis.call('hlen', req) + 1
+    return nil
+end
+
+-- The seats of owner o (queued or holding), or nil.
+local function rec(o)
+    local r = S_REC[o]
+    if r == nil then
+        r = false
+        local v = redis.call('hget', S_REQ, o)
+        if v then
+            local ok, d = pcall(cjson.decode, v)
+            if ok and type(d) == 'table' and #d > 0 then
+                r = d
+            end
+        end
+        S_REC[o] = r
+    end
+    return r or nil
+end
+
+local function rec_set(o, seats)
+    redis.call('hset', S_REQ, o, cjson.encode(seats))
+    S_REC[o] = seats
+end
+
+local function rec_del(o)
+    redis.call('hdel', S_REQ, o)
+    S_REC[o] = false
+end
+
+-- work adds seat s to the seats this script examines.
+local function work(s)
+    if not S_SEEN[s] then
+        S_SEEN[s] = true
+        S_WORK[#S_WORK + 1] = s
+    end
+end
+
+-- The queues.
+local function q_head_of(s)
+    return redis.call('hget', S_QUEUE, 'h|' .. s) or nil
+end
+
+-- the owner after o in s's queue ("" for the tail), nil when o is not in it
+local function q_next_of(s, o)
+    return redis.call('hget', S_QUEUE, 'n|' .. o .. '|' .. s) or nil
+end
+
+local function q_push(s, o)
+    local t = redis.call('hget', S_QUEUE, 't|' .. s)
+    if t then
+        redis.call('hset', S_QUEUE, 'n|' .. t .. '|' .. s, o, 't|' .. s, o, 'p|' .. o .. '|' .. s, t, 'n|' .. o .. '|' .. s, '')
+    else
+        redis.call('hset', S_QUEUE, 'h|' .. s, o, 't|' .. s, o, 'p|' .. o .. '|' .. s, '', 'n|' .. o .. '|' .. s, '')
+    end
+end
+
+-- q_unlink takes o out of s's queue; false when it was not in it.
+local function q_unlink(s, o)
+    local v = redis.call('hmget', S_QUEUE, 'p|' .. o .. '|' .. s, 'n|' .. o .. '|' .. s)
+    local p, n = v[1], v[2]
+    if not p or not n then
+        return false
+    end
+    redis.call('hdel', S_QUEUE, 'p|' .. o .. '|' .. s, 'n|' .. o .. '|' .. s)
+    if p == '' and n == '' then
+        redis.call('hdel', S_QUEUE, 'h|' .. s, 't|' .. s)
+    elseif p == '' then
+        redis.call('hset', S_QUEUE, 'h|' .. s, n, 'p|' .. n .. '|' .. s, '')
+    elseif n == '' then
+        redis.call('hset', S_QUEUE, 't|' .. s, p, 'n|' .. p .. '|' .. s, '')
+    else
+        redis.call('hset', S_QUEUE, 'n|' .. p .. '|' .. s, n, 'p|' .. n .. '|' .. s, p)
+    end
+    return true
+end
+
+-- whether o is in the queue of every seat in seats
+local function queued_in_all(o, seats)
+    for _, s in ipairs(seats) do
+        if not q_next_of(s, o) then
+            return false
+        end
+    end
+    return true
+end
+
+-- join_all: o joins the queue of each of its seats, at the tail, in this
+-- one script.
+local function join_all(o, seats)
+    for _, s in ipairs(seats) do
+        if not q_next_of(s, o) then
+            q_push(s, o)
+        end
+    end
+    rec_set(o, seats)
+end
+
+-- leave_all: o leaves every queue it is in, and its grace goes.
+local function leave_all(o)
+    local seats = rec(o)
+    if seats then
+        for _, s in ipairs(seats) do
+            q_unlink(s, o)
+            work(s)
+        end
+    end
+    rec_del(o)
+    redis.call('hdel', S_GRACE, o)
+end
+
+-- seats_holds: whether o holds seats whose lease has not ended (read-only).
+local function seats_holds(o)
+    local e = redis.call('zscore', S_LEASES, o)
+    return e ~= false and e ~= nil and tonumber(e) > S_NOW and redis.call('hexists', S_HOLDS, o) == 1
+end
+
+-- give_back frees the seats holder o holds.
+local function give_back(o)
+    local seats = rec(o)
+    if seats then
+        for _, s in ipairs(seats) do
+            if redis.call('hget', S_SEAT, s) == o then
+                redis.call('hdel', S_SEAT, s)
+            end
+            work(s)
+        end
+    end
+    redis.call('hdel', S_HOLDS, o)
+    redis.call('zrem', S_LEASES, o)
+    rec_del(o)
+end
+
+-- seats_reclaim gives back the seats of every holder whose lease ended
+-- (in order of lease end, then owner).
+local function seats_reclaim()
+    for _, o in ipairs(redis.call('zrangebyscore', S_LEASES, '-inf', S_NOW)) do
+        give_back(o)
+    end
+end
+
+-- ready: o is queued, heads the queue of every seat it names, and every one
+-- of its seats is free.
+local function ready(o)
+    local seats = rec(o)
+    if not seats or redis.call('hexists', S_HOLDS, o) == 1 then
+        return false
+    end
+    for _, s in ipairs(seats) do
+        if q_head_of(s) ~= o or redis.call('hexists', S_SEAT, s) == 1 then
+            return false
+        end
+    end
+    return true
+end
+
+-- can_take: owner is ready, or is not queued while every queue of its
+-- seats is empty and every seat free.
+local function can_take(owner, seats)
+    for _, s in ipairs(seats) do
+        local h = q_head_of(s)
+        if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner) then
+            return false
+        end
+    end
+    return true
+end
+
+-- take: owner holds all its seats until now + lease.
+local function take(owner, seats, lease)
+    for _, s in ipairs(seats) do
+        redis.call('hset', S_SEAT, s, owner)
+    end
+    redis.call('hset', S_HOLDS, owner, #seats)
+    redis.call('zadd', S_LEASES, S_NOW + lease, owner)
+    rec_set(owner, seats)
+end
+
+-- o's grace: its end and whether it is the second, or nil.
+local function grace_get(o)
+    local v = redis.call('hget', S_GRACE, o)
+    if not v then
+        return nil, false
+    end
+    local second = string.sub(v, 1, 1) == '+'
+    if second then
+        v = string.sub(v, 2)
+    end
+    return tonumber(v), second
+end
+
+-- prune_all: for every seat examined, drop dead heads (never the caller):
+-- a head whose second grace ran out while it is ready, or a stray entry
+-- with no request behind it. A pruned waiter leaves all its queues, whose
+-- seats are examined in turn.
+local function prune_all()
+    local i = 1
+    while i <= #S_WORK do
+        local s = S_WORK[i]
+        local h = q_head_of(s)
+        while h and h ~= S_CALLER and S_BUDGET > 0 do
+            local seats = rec(h)
+            if seats then
+                if not ready(h) then
+                    break
+                end
+                local e, second = grace_get(h)
+                if not (e and second and e <= S_NOW) then
+                    break
+                end
+                leave_all(h)
+            end
+            q_unlink(s, h)
+            S_BUDGET = S_BUDGET - 1
+            h = q_head_of(s)
+        end
+        i = i + 1
+    end
+end
+
+local function wake_once(o)
+    if o and o ~= '' and o ~= S_CALLER and not S_WOKEN[o] then
+        S_WOKEN[o] = true
+        wake(o)
+    end
+end
+
+-- finish_all: for every seat examined, a ready head without a grace gets
+-- its first, one whose first ran out its second; either start wakes it and
+-- the waiter behind it in each of its queues. A head that is not ready
+-- keeps no grace.
+local function finish_all()
+    for _, s in ipairs(S_WORK) do
+        local h = q_head_of(s)
+        if h then
+            if ready(h) then
+                local e, second = grace_get(h)
+                local start
+                if not e then
+                    start = ''
+                elseif not second and e <= S_NOW then
+                    start = '+'
+                end
+                if start then
+                    redis.call('hset', S_GRACE, h, start .. (S_NOW + S_GRACE_MS))
+                    wake_once(h)
+                    for _, t in ipairs(rec(h)) do
+                        wake_once(q_next_of(t, h))
+                    end
+                end
+            else
+                redis.call('hdel', S_GRACE, h)
+            end
+        end
+    end
+end
+
+-- seats_reply: how long caller o, not granted, may sleep: the least, over
+-- its seats, of the holder's lease left, the grace left of a ready head
+-- ahead of it, or one grace for a head that is not ready; at least 1.
+local function seats_reply(o, seats)
+    local best
+    for _, s in ipairs(seats) do
+        local b
+        local holder = redis.call('hget', S_SEAT, s)
+        if holder then
+            b = (tonumber(redis.call('zscore', S_LEASES, holder)) or S_NOW) - S_NOW
+        else
+            local h = q_head_of(s)
+            if h and h ~= o then
+                b = grace_get(h) or (S_NOW + S_GRACE_MS)
+                b = b - S_NOW
+            end
+        end
+        if b and (not best or b < best) then
+            best = b
+        end
+    end
+    return math.max(1, best or 1)
+end
