@@ -63,6 +63,17 @@ func TestCheckSemOrder(t *testing.T) {
 	// a server-wide order-breaking fault during the waits too
 	h.Faults = []Fault{{Kind: FSigStop, Client: -1, Start: ms(400), End: ms(500)}}
 	expect(t, CheckSemOrder(h), "sem-order", 0)
+	// a restart between two grants, neither wait overlapping it: the
+	// token counter was lost with the rest (b's token, drawn after it,
+	// restarted from 1), so the tokens say nothing about the order
+	h.Calls = []*Call{call(1, "a", 0, 100, 900), call(2, "b", 1, 3000, 3500)}
+	h.Joins[1].Start, h.Joins[1].End = ms(3000), ms(3020)
+	wa.Token, wb.Token = 9, 1
+	h.Faults = []Fault{{Kind: FRestart, Client: -1, Start: ms(2000), End: ms(2100)}}
+	expect(t, CheckSemOrder(h), "sem-order", 0)
+	// without it they do
+	h.Faults = nil
+	expect(t, CheckSemOrder(h), "sem-order", 1)
 }
 
 func TestCheckSemLiveness(t *testing.T) {

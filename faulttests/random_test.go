@@ -123,5 +123,6 @@ func runRandom(t *testing.T, e *Env, w Workload, dur, gap time.Duration, kinds [
 	if fairWaits > 20 && len(e.H.Joins) == 0 {
 		t.Errorf("%d fair waits but the join hook saw no queue join: the order check is blind", fairWaits)
 	}
+	semVacuity(t, e.H, w)
 	Report(t, e.H, replay)
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -51,6 +52,7 @@ type semAttempt struct {
 	mu    sync.Mutex
 	owner string
 	p     *semaphore.Permit
+	tr    *tracker // a scripted test's hold (Script.SemAcquire)
 }
 
 func (a *semAttempt) setOwner(o string) {
@@ -481,4 +483,70 @@ func expirableLeftover(ctx context.Context, p *redis.Client, k string) string {
 		}
 	}
 	return ""
+}
+
+// semVacuity fails t when the workload's semaphores saw too little for
+// the checks to mean anything: few holds, no two holds sharing the pool,
+// no fair queue join (the hook blind to sem_fair_acquire.lua), and logs
+// what the semaphore checks had to work on.
+func semVacuity(t testing.TB, h *History, w Workload) {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range w.Locks {
+		if !l.Kind.Semaphore() {
+			continue
+		}
+		name := ""
+		for n := range h.Locks {
+			if strings.HasSuffix(n, ":{"+l.ID+"}") {
+				name = n
+			}
+		}
+		var ws []*Window
+		for _, x := range h.Windows {
+			if x.Lock == name {
+				ws = append(ws, x)
+			}
+		}
+		shared, full := 0, 0
+		for i, a := range ws {
+			ae, _ := a.End()
+			if a.Permits == h.Pools[name] {
+				full++
+			}
+			for _, b := range ws[i+1:] {
+				if be, _ := b.End(); a.Start < be && b.Start < ae {
+					shared++
+				}
+			}
+		}
+		joins, waits, probes := 0, 0, 0
+		for _, j := range h.Joins {
+			if j.Lock == name {
+				joins++
+			}
+		}
+		for _, c := range h.Calls {
+			if c.Lock == name && c.Wait {
+				waits++
+			}
+		}
+		for _, p := range h.Probes {
+			if p.Lock == name {
+				probes++
+				if p.Err != "" {
+					t.Logf("%s: a dead holder's lease could not be read (no evidence for check (d)): %s", name, p)
+				}
+			}
+		}
+		t.Logf("semaphore %s (%s, pool %d): %d holds (%d of the whole pool), %d pairs sharing it, %d waits, %d queue joins, %d dead holds probed",
+			l.ID, l.Kind, h.Pools[name], len(ws), full, shared, waits, joins, probes)
+		if len(ws) < 10 || shared == 0 {
+			t.Errorf("semaphore %s: %d holds, %d pairs sharing the pool: the capacity check proves nothing", l.ID, len(ws), shared)
+		}
+		if l.Kind == SemFair && waits > 20 && joins == 0 {
+			t.Errorf("semaphore %s: %d waits but the join hook saw no queue join: the order check is blind", l.ID, waits)
+		}
+	}
 }
