@@ -61,6 +61,33 @@ const (
 	LeftoverWait = 5 * time.Second
 )
 
+// DeadSlack: a dead holder's permits are back (their lease ended on the
+// server's clock) within its lease of its death plus this (check (d); a
+// renewal already on the wire when the network was cut may still land).
+const DeadSlack = time.Second
+
+// semLiveBound is check (c)'s bound, liveBound read for a fair semaphore:
+// how long a live waiter, whose own client had no fault during its wait,
+// may see its ask fit in the permits no believed-valid window holds, with
+// nobody that joined the queue before it still waiting, before it must
+// have been granted. The same terms as liveBound: a lease (a hold that
+// ended on its client but not yet in Redis, or a wake-up lost, after
+// which the waiter's sleep is bounded by the earliest lease end or the
+// watchdog lease), two head graces and the slack; per other client that
+// was faulty, dead or closed and took part meanwhile, a lease (a hold or
+// a late-delivered acquisition it may leave behind) and three graces (a
+// dead waiter ahead costs up to 3 g, docs/design.md, the fair semaphore's
+// promise (c)); per server-wide fault its length, a lease and its
+// recovery.
+func semLiveBound(faultyOthers int, global []Fault) time.Duration {
+	b := maxLease() + 2*HeadGrace + LiveSlack
+	b += time.Duration(faultyOthers) * (maxLease() + 3*HeadGrace)
+	for _, f := range global {
+		b += f.End - f.Start + maxLease() + f.Kind.recovery()
+	}
+	return b
+}
+
 // drift is the clock-drift allowance of a hold: a hold whose request was
 // sent at s is valid until s + lease - drift(lease).
 func drift(lease time.Duration) time.Duration { return lease/100 + 2*time.Millisecond }

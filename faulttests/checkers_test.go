@@ -22,6 +22,7 @@ func Check(h *History) []Violation {
 	vs = append(vs, CheckCalls(h)...)
 	vs = append(vs, CheckClose(h)...)
 	vs = append(vs, CheckResource(h)...)
+	vs = append(vs, checkSem(h)...)
 	sort.SliceStable(vs, func(i, j int) bool { return vs[i].At < vs[j].At })
 	return vs
 }
@@ -100,7 +101,9 @@ func CheckExclusion(h *History) []Violation {
 	var vs []Violation
 	by := map[string][]*Window{}
 	for _, w := range h.Windows {
-		by[w.Lock] = append(by[w.Lock], w)
+		if !h.Locks[w.Lock].Semaphore() { // CheckSemCapacity's
+			by[w.Lock] = append(by[w.Lock], w)
+		}
 	}
 	calls := map[int]*Call{}
 	for _, c := range h.Calls {
@@ -308,7 +311,7 @@ func CheckLiveness(h *History) []Violation {
 	}
 	waits := map[string][]*Call{}
 	for _, c := range h.Calls {
-		if c.Wait && !c.Reentry {
+		if c.Wait && !c.Reentry && !h.Locks[c.Lock].Semaphore() { // CheckSemLiveness's
 			waits[c.Lock] = append(waits[c.Lock], c)
 		}
 	}

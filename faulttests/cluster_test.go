@@ -18,7 +18,7 @@ func TestClusterPrimaryKilled(t *testing.T) {
 	dur := envDur("FAULT_CLUSTER_DURATION", 20*time.Second)
 	w := Workload{
 		Seed: seed, Clients: 4, Workers: 2,
-		Locks:   []LockSpec{{"cre", Reentrant}, {"cfr", FairRedisson}, {"cfs", FairScalable}},
+		Locks:   []LockSpec{{"cre", Reentrant, 0}, {"cfr", FairRedisson, 0}, {"cfs", FairScalable, 0}, {"csf", SemFair, 3}, {"cse", SemExpirable, 3}},
 		MaxHold: 800 * time.Millisecond, MaxCtx: 8 * time.Second,
 	}
 	replay := fmt.Sprintf("FAULT_SEED=%d FAULT_CLUSTER_DURATION=%v go test ./faulttests/ -run TestClusterPrimaryKilled -v", seed, dur)
@@ -33,7 +33,7 @@ func TestReplicaFailover(t *testing.T) {
 	dur := envDur("FAULT_CLUSTER_DURATION", 20*time.Second)
 	w := Workload{
 		Seed: seed, Clients: 4, Workers: 2,
-		Locks:   []LockSpec{{"rre", Reentrant}, {"rfr", FairRedisson}, {"rfs", FairScalable}},
+		Locks:   []LockSpec{{"rre", Reentrant, 0}, {"rfr", FairRedisson, 0}, {"rfs", FairScalable, 0}, {"rsf", SemFair, 3}, {"rse", SemExpirable, 3}},
 		MaxHold: 800 * time.Millisecond, MaxCtx: 8 * time.Second,
 	}
 	replay := fmt.Sprintf("FAULT_SEED=%d FAULT_CLUSTER_DURATION=%v go test ./faulttests/ -run TestReplicaFailover -v", seed, dur)

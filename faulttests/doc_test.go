@@ -32,7 +32,16 @@
 //     wait has returned ErrClosed;
 //  6. afterwards no key or subscription is left beyond its documented TTL
 //     (Env.CheckLeftovers);
-//  7. the protected counter's history is linearizable (porcupine).
+//  7. the protected counter's history is linearizable (porcupine);
+//  8. on the semaphores (sem_test.go, checkers_sem_test.go: each acquisition
+//     of n permits is a window of n): (a) the windows open at any instant
+//     hold at most the pool; (b) on the fair one, waiters granted in their
+//     calls are granted in join order (fencing tokens, not compared across
+//     a data-losing event); (c) on the fair one, a live waiter whose ask
+//     fits, with nobody joined before it still waiting, is granted within
+//     semLiveBound; (d) a client that dies holding permits has them back
+//     within their lease on the server's clock (read by a probe a lease
+//     after the death).
 //
 // Joins are seen by a go-redis hook on each client (Env.joinHook) that
 // records every fair try-lock-wait script call that replied "queued", with

@@ -65,10 +65,15 @@ type Env struct {
 	// primaries lists direct (unproxied) clients to every primary.
 	primaries func() []*redis.Client
 
-	mu      sync.Mutex
-	clients []*Client
-	owners  map[string]*Handle
-	joinSHA map[string]bool
+	mu       sync.Mutex
+	clients  []*Client
+	owners   map[string]*Handle
+	joinSHA  map[string]bool
+	semSHA   map[string]bool // sem_fair_acquire.lua's (and broken variants') SHAs
+	admin    *fairlock.Client
+	adminRDB redis.UniversalClient
+	pools    map[string]func(context.Context) error // sets each semaphore's pool again
+	probes   sync.WaitGroup                         // dead holders' lease reads in flight
 
 	resMu    sync.Mutex
 	resource map[string]int // the protected counter of each lock
@@ -87,23 +92,29 @@ type Client struct {
 
 	hmu     sync.Mutex
 	handles []*Handle
+	sems    map[*semAttempt]bool // semaphore acquisitions in a call or held (sem_test.go)
 }
 
 // Live reports that the client neither died nor was closed.
 func (c *Client) Live() bool { return !c.dead.Load() && !c.closed.Load() }
 
-// Handle is one lock handle (one owner) of a client.
+// Handle is one lock handle (one owner) of a client, or a semaphore
+// handle (Sem set, L nil: each acquisition is its own owner).
 type Handle struct {
 	Client *Client
 	Lock   string
 	Kind   LockKind
 	L      Locker
+	Sem    SemAPI // a semaphore's handle (sem_test.go)
+	Pool   int    // the semaphore's pool
 }
 
 func newEnv(t testing.TB) *Env {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	e := &Env{T: t, H: NewHistory(), Tag: "flt" + hex.EncodeToString(b[:]), owners: map[string]*Handle{}, resource: map[string]int{}}
+	e.semSHA = map[string]bool{wire.SemFairDefault().Script(wire.FileSemFairAcquire).Hash(): true}
+	e.pools = map[string]func(context.Context) error{}
 	e.joinSHA = map[string]bool{
 		wire.Default().Script(wire.FileFairTryLockWait).Hash():             true,
 		wire.ScalableDefault().Script(wire.FileScalableTryLockWait).Hash(): true,
@@ -217,6 +228,9 @@ func (e *Env) Clients() []*Client {
 func (c *Client) Handle(id string, k LockKind) *Handle {
 	e := c.env
 	name := e.LockName(id)
+	if k.Semaphore() {
+		return c.semHandle(name, k)
+	}
 	var l Locker
 	var err error
 	switch k {
@@ -256,6 +270,9 @@ func (hk joinHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		name := cmd.Name()
 		if name != "evalsha" && name != "eval" {
 			return next(ctx, cmd)
+		}
+		if a, ok := ctx.Value(semAttemptKey{}).(*semAttempt); ok {
+			return hk.semProcess(ctx, cmd, next, a)
 		}
 		start := hk.e.H.Now()
 		err := next(ctx, cmd)
@@ -323,6 +340,18 @@ func (c *Client) Close() {
 		}
 		st.Err, st.ErrClosed = errText(hd.L.Err())
 		states[hd.L.Owner()] = st
+	}
+	for a := range c.sems {
+		if v := a.held(); v != nil {
+			st := HandleState{}
+			select {
+			case <-v.Done():
+				st.DoneClosed = true
+			default:
+			}
+			st.Err, st.ErrClosed = errText(v.Err())
+			states[v.Owner()] = st
+		}
 	}
 	c.hmu.Unlock()
 	h.AddClose(CloseEvent{Client: c.ID, Start: start, End: end, Handles: states})
@@ -402,6 +431,42 @@ func (e *Env) CheckLeftovers() []Violation {
 				// for ever by design (docs/design.md, "Fencing tokens")
 				if _, err := p.Get(ctx, k).Int64(); err != nil || pttl != -1 {
 					bad("token key %s: TTL %v, %v (want an integer without expiry)", k, pttl, err)
+				}
+				continue
+			case strings.HasPrefix(k, "fairlock_sem_acquire_latch:") || strings.HasPrefix(k, "fairlock_sem_release_latch:"):
+				if pttl < 0 || pttl > LatchTTL {
+					bad("latch %s has TTL %v (want at most %v)", k, pttl, LatchTTL)
+				}
+				continue
+			case strings.HasPrefix(k, "fairlock_sem_grace:"):
+				if pttl < 0 || pttl > HeadGrace+60*time.Second {
+					bad("grace key %s has TTL %v (want at most %v)", k, pttl, HeadGrace+60*time.Second)
+				}
+				continue
+			case strings.HasPrefix(k, "fairlock_sem_permits:") || strings.HasPrefix(k, "fairlock_sem_token:") || e.semKind(k) == SemExpirable:
+				// a semaphore's pool and token counter: kept for ever by
+				// design (docs/design.md, the semaphores)
+				if _, err := p.Get(ctx, k).Int64(); err != nil || pttl != -1 {
+					bad("semaphore key %s: TTL %v, %v (want an integer without expiry)", k, pttl, err)
+				}
+				continue
+			case strings.HasPrefix(k, "fairlock_sem:") || strings.HasPrefix(k, "fairlock_sem_wants:"):
+				// holders (owner -> permits) and asks (queued owner -> permits)
+				owners, _ = p.HKeys(ctx, k).Result()
+			case strings.HasPrefix(k, "fairlock_sem_lease:"):
+				owners, _ = p.ZRange(ctx, k, 0, -1).Result()
+			case strings.HasPrefix(k, "fairlock_sem_queue:"):
+				fs, _ := p.HKeys(ctx, k).Result()
+				for _, f := range fs {
+					if o, ok := strings.CutPrefix(f, "n:"); ok {
+						owners = append(owners, o)
+					}
+				}
+			case strings.HasSuffix(k, ":timeout") && e.semKind(strings.TrimSuffix(k, ":timeout")) == SemExpirable:
+				// an expirable semaphore's permits (raw ids -> expiry, the
+				// server's Unix ms): none may outlive a lease from now
+				if msg := expirableLeftover(ctx, p, k); msg != "" {
+					bad("%s", msg)
 				}
 				continue
 			case strings.HasPrefix(k, "redisson_lock_queue:"):

@@ -69,7 +69,11 @@ func (e *Env) Skew(c *Client, d, dur time.Duration) {
 func (e *Env) Kill(c *Client) {
 	c.dead.Store(true)
 	c.Net.Cut()
-	e.record(FDead, c, "(network cut for ever)")
+	i := e.record(FDead, c, "(network cut for ever)")
+	e.H.mu.Lock()
+	died := e.H.Faults[i].Start
+	e.H.mu.Unlock()
+	e.semDied(c, died) // check (d): its semaphore holds are read a lease later
 }
 
 // KillPubSub kills every pub/sub connection on every primary.
@@ -155,6 +159,7 @@ func (e *Env) Restart() {
 	if err := e.Server.Restart(); err != nil {
 		e.T.Errorf("restart: %v", err)
 	}
+	e.restorePools() // the semaphores' pools were lost with everything else
 	e.H.EndFault(i)
 }
 

@@ -111,6 +111,7 @@ type Call struct {
 	Acquired bool   // an acquisition that returned holding the lock; ForceUnlock: a lock was deleted
 	Err      string // "" when nil
 	Closed   bool   // the error matches fairlock.ErrClosed
+	Permits  int    // a semaphore acquisition's ask (0: a lock's call)
 }
 
 func (c Call) String() string {
@@ -127,7 +128,11 @@ func (c Call) String() string {
 	if c.CtxEnd != Never {
 		ctx = "ctx ends +" + c.CtxEnd.Round(time.Millisecond).String()
 	}
-	return fmt.Sprintf("#%d c%d %s %s(%s) [%s] -> %s", c.ID, c.Client, short(c.Owner), c.Op, c.Lock, ctx, res)
+	op := c.Op
+	if c.Permits > 0 {
+		op = fmt.Sprintf("%s{%d}", op, c.Permits)
+	}
+	return fmt.Sprintf("#%d c%d %s %s(%s) [%s] -> %s", c.ID, c.Client, short(c.Owner), op, c.Lock, ctx, res)
 }
 
 // Window is one hold's believed-valid window: from its acquisition
@@ -183,6 +188,9 @@ func (w Window) String() string {
 	extra := ""
 	if w.DoneErr != "" {
 		extra = " (Err: " + w.DoneErr + ")"
+	}
+	if w.Permits > 0 {
+		extra += fmt.Sprintf(" [%d permits, token %d]", w.Permits, w.Token)
 	}
 	return fmt.Sprintf("HOLD c%d %s on %s from %s to %s by %s, lease %v%s (call #%d)", w.Client, short(w.Owner), w.Lock, ts(w.Start), e, by, w.Lease, extra, w.CallID)
 }
@@ -252,6 +260,7 @@ type History struct {
 	Faults   []Fault
 	Closes   []CloseEvent
 	Ops      []ResourceOp
+	Probes   []SemProbe  // reads of a dead holder's semaphore lease (checkers_sem_test.go)
 	Problems []Violation // found while running (Close semantics)
 }
 

@@ -130,6 +130,7 @@ func (s *Script) Check(t *testing.T) []Violation {
 	time.Sleep(DoneTolerance)
 	close(s.final)
 	s.watch.Wait()
+	s.e.probes.Wait()
 	for _, v := range s.e.CheckLeftovers() {
 		s.e.H.Problem(v)
 	}

@@ -15,7 +15,11 @@ import (
 type LockSpec struct {
 	ID   string
 	Kind LockKind
+	Pool int // a semaphore's permits (default SemPoolDefault)
 }
+
+// SemPoolDefault is a workload semaphore's pool unless its LockSpec says.
+const SemPoolDefault = 3
 
 // Workload is the random workload's shape.
 type Workload struct {
@@ -41,6 +45,15 @@ type run struct {
 // Start starts the workload's clients and workers.
 func (e *Env) Start(w Workload) *run {
 	r := &run{e: e, w: w, stop: make(chan struct{}), final: make(chan struct{})}
+	for _, l := range w.Locks {
+		if l.Kind.Semaphore() {
+			pool := l.Pool
+			if pool == 0 {
+				pool = SemPoolDefault
+			}
+			e.SemPool(l.ID, l.Kind, pool)
+		}
+	}
 	for i := 0; i < w.Clients; i++ {
 		c := e.NewClient()
 		for k := 0; k < w.Workers; k++ {
@@ -82,6 +95,7 @@ func (r *run) Finish() {
 	time.Sleep(DoneTolerance)
 	close(r.final)
 	r.watch.Wait()
+	r.e.probes.Wait()
 	for _, v := range r.e.CheckLeftovers() {
 		r.e.H.Problem(v)
 	}
@@ -115,7 +129,11 @@ func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 func (r *run) worker(c *Client, hs []*Handle, rng *rand.Rand) {
 	for !r.stopped(c) {
 		h := hs[rng.IntN(len(hs))]
-		r.op(h, rng)
+		if h.Sem != nil {
+			r.semOp(h, rng)
+		} else {
+			r.op(h, rng)
+		}
 		if c.dead.Load() {
 			return // a dead client's handles are abandoned
 		}
@@ -239,10 +257,18 @@ func (r *run) hold(h *Handle, c *Call, lease time.Duration, rng *rand.Rand) {
 	r.call(h, "Unlock", false, false, 0, rng, func(ctx context.Context) (bool, error) { return true, l.Unlock(ctx) })
 }
 
+// held is what a tracker watches of a hold: a lock handle, or a semaphore
+// Permit (permitView).
+type held interface {
+	Done() <-chan struct{}
+	Err() error
+	Owner() string
+}
+
 // tracker follows one hold's believed-valid window.
 type tracker struct {
 	e    *Env
-	l    Locker
+	l    held
 	w    *Window
 	stop chan struct{}
 	once sync.Once
@@ -252,14 +278,20 @@ type tracker struct {
 // watcher goroutine samples ValidUntil (when the lock type has it) every
 // 50 ms and records when Done closes, until unlocking or final.
 func (e *Env) track(h *Handle, c *Call, lease time.Duration, final <-chan struct{}, wg *sync.WaitGroup) *tracker {
-	l := h.L
+	return e.trackHeld(h, h.L, c, lease, Window{}, final, wg)
+}
+
+// trackHeld is track for any hold l of h; the window starts as proto
+// (Permits, Token) with the rest filled in.
+func (e *Env) trackHeld(h *Handle, l held, c *Call, lease time.Duration, proto Window, final <-chan struct{}, wg *sync.WaitGroup) *tracker {
 	winLease := lease
 	if lease == 0 {
 		winLease = WatchdogLease
 	}
 	tr := &tracker{e: e, l: l, stop: make(chan struct{})}
-	tr.w = e.H.AddWindow(Window{Owner: l.Owner(), Client: h.Client.ID, Lock: h.Lock, CallID: c.ID, Lease: winLease,
-		Start: c.End, UnlockAt: Never, DoneAt: Never, ValidUntil: Never})
+	proto.Owner, proto.Client, proto.Lock, proto.CallID, proto.Lease = l.Owner(), h.Client.ID, h.Lock, c.ID, winLease
+	proto.Start, proto.UnlockAt, proto.DoneAt, proto.ValidUntil = c.End, Never, Never, Never
+	tr.w = e.H.AddWindow(proto)
 	done := l.Done()
 	tr.sample()
 	wg.Add(1)
