@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,6 +135,7 @@ type semResults struct {
 	unc     map[semUncKey]*latRow
 	handoff map[sizeKey]*contRow // k waiters
 	work    map[sizeKey]*workRow // queue of n waiters
+	load    summary              // the 1-minute load average (/proc/loadavg) at each round's start and end
 }
 
 type semUncKey struct {
@@ -159,9 +163,25 @@ func (r *Results) sem() *semResults {
 func (r *Results) runSemaphore(ctx context.Context, e *env, t *target, round int) {
 	pe := *e
 	pe.plain = true
+	s := r.sem()
+	s.load.add(loadAvg())
 	r.semUncontended(ctx, &pe, t, round)
 	r.semHandoff(ctx, &pe, round)
 	r.semWork(ctx, &pe, t, round)
+	s.load.add(loadAvg())
+}
+
+// loadAvg is the machine's 1-minute load average (NaN when unknown).
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return math.NaN()
+	}
+	f, err := strconv.ParseFloat(strings.Fields(string(b) + " x")[0], 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return f
 }
 
 // semUncontended: one goroutine per participant, Acquire(1)+Release or
@@ -567,7 +587,11 @@ func (r *Results) semMarkdown(w io.Writer) {
 	p("### Issue 21: the fair semaphore (pool of 1) against the fair lock\n\n")
 	p("Every client here is a go-redis client with default options (no ContextTimeoutEnabled), as users build them; " +
 		"each participant runs on its own key; a semaphore's pool is set to 1 before anything is measured. " +
-		"The semaphore is called as users call it: `Acquire(ctx, 1, 0)` (watchdog lease) and `Permit.Release(ctx)`; the lock as `Lock(ctx)` and `Unlock(ctx)`.\n\n")
+		"The semaphore is called as users call it: `Acquire(ctx, 1, 0)` (watchdog lease) and `Permit.Release(ctx)`; the lock as `Lock(ctx)` and `Unlock(ctx)`.")
+	if _, lo, hi, ok := s.load.stats(); ok {
+		p(" Load average (1 minute, /proc/loadavg) at the rounds' starts and ends: %.2f–%.2f on %d CPUs.", lo, hi, runtime.NumCPU())
+	}
+	p("\n\n")
 	if len(s.unc) > 0 {
 		p("**Uncontended cycle.** %d cycles per participant per round, after %d unmeasured; the participants take turns of %d cycles, "+
 			"round-robin, the first of each pass rotating. Each runs twice: with a context that can end (a `context.WithCancel`, as a request's context; "+
