@@ -5,7 +5,9 @@
 // in chunks of 50 per library, round-robin within each round, after a
 // warm-up; the contention scenario runs in turns of every library, with the
 // handoff chain floor measured between the turns; the other scenarios run
-// every library once per round.
+// every library once per round. The semaphore scenario (issue 21) compares
+// the fair semaphore with the fair lock's engines on clients with default
+// go-redis options (semaphore.go).
 package runner
 
 import (
