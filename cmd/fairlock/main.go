@@ -2,6 +2,7 @@
 //
 //	go run ./cmd/fairlock demo                      # seat booking on an embedded Redis
 //	go run ./cmd/fairlock demo --redis 127.0.0.1:6379 --seats 500
+//	go run ./cmd/fairlock demo --multi 4 --lock all  # 1-4 adjacent seats a booking
 //	go run ./cmd/fairlock inspect seats --redis 127.0.0.1:6379 [--json]
 //
 // demo: clients book numbered seats under the fair lock and then under the

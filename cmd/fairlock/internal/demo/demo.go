@@ -18,6 +18,13 @@
 // Grant order is the order of the Lock calls' returns, numbered inside the
 // critical section: grants are mutually exclusive, so that numbering is
 // exact.
+//
+// The multi-seat mode (Config.Multi) books blocks of 1..Multi adjacent
+// seats of a row, all or none, with the fair multi-seat hold
+// (multi.NewSeats), with a MultiLock of per-seat reentrant locks
+// (multi.New, canonical order) and, naively, with per-seat locks taken in
+// the buyer's order; grants are numbered inside the critical section, which
+// orders exactly any two grants naming a common seat (multiseat.go).
 package demo
 
 import (

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -10,8 +11,14 @@ import (
 
 // Header writes what the demo is about to do.
 func Header(w io.Writer, c Config, redisDesc string) {
-	fmt.Fprintf(w, "Seat booking: %d clients x %d goroutines book %d seats, lock held ~%v per booking\n",
-		c.Clients, c.Goroutines, c.Seats, c.Hold)
+	if c.Multi > 0 {
+		fmt.Fprintf(w, "Seat booking: %d clients x %d goroutines book %d seats (rows of %d), 1-%d adjacent seats\n"+
+			"a booking, all or none, held ~%v per booking; an acquisition is given up after %v\n",
+			c.Clients, c.Goroutines, c.Seats, RowWidth, c.Multi, c.Hold, cmp.Or(c.GiveUp, DefaultGiveUp))
+	} else {
+		fmt.Fprintf(w, "Seat booking: %d clients x %d goroutines book %d seats, lock held ~%v per booking\n",
+			c.Clients, c.Goroutines, c.Seats, c.Hold)
+	}
 	fmt.Fprintf(w, "Redis: %s; key names contain %q\n", redisDesc, c.Prefix)
 	fmt.Fprintf(w, "(deleted at the end; unlock and acquisition latches expire by themselves within 10s)\n\n")
 }
