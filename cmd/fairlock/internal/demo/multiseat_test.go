@@ -122,3 +122,23 @@ func TestSeatInversions(t *testing.T) {
 	assert.Equal(t, int64(1), inv)
 	assert.Equal(t, int64(3), pairs) // (1,2), (1,3), (2,3); seat 9 shares nothing
 }
+
+// TestMultiModeCancel ends multi-seat runs mid-way (as Ctrl-C does): the
+// run returns ctx's error and leaves no hold, queue or lock behind.
+func TestMultiModeCancel(t *testing.T) {
+	b := redistest.Mini(t)
+	for _, kind := range []string{SeatsHold, MultiLock, Naive} {
+		t.Run(kind, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			c := multiConfig(t, b.Addr, kind)
+			c.Seats, c.Hold = 1000, 20*time.Millisecond
+			time.AfterFunc(300*time.Millisecond, cancel)
+			rs, err := Run(ctx, c)
+			require.ErrorIs(t, err, context.Canceled)
+			require.Len(t, rs, 1)
+			assert.Less(t, rs[0].Booked, c.Seats)
+			assert.Empty(t, rs[0].Leftover)
+			assert.Zero(t, rs[0].DoubleBookings)
+		})
+	}
+}
