@@ -189,7 +189,10 @@ func TestDemoMultiCommand(t *testing.T) {
 	assert.Regexp(t, `(?m)^ +seats +multilock +naive$`, s)
 	assert.Regexp(t, `(?m)^seats booked +30 +30 +30$`, s)
 	assert.Regexp(t, `(?m)^double bookings +0 +0 +0$`, s)
-	assert.Regexp(t, `(?m)^deadlocks/timeouts \(gave up\) +0 +0 +\d+$`, s)
+	// (--give-up is short for the naive kind's sake: on a loaded machine
+	// a fair wait may outlast it too; TestMultiMode checks for deadlocks
+	// with a minute.)
+	assert.Regexp(t, `(?m)^deadlocks/timeouts \(gave up\) +\d+ +\d+ +\d+$`, s)
 	assert.Regexp(t, `(?m)^per-seat inversions \(pairs\) +0/\d+ +\d+/\d+ +\d+/\d+$`, s)
 	assert.Regexp(t, `(?m)^lock keys left behind +0 +0 +0$`, s)
 	for _, line := range strings.Split(s, "\n") {
