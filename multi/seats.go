@@ -98,7 +98,7 @@ func renewSeats(ctx context.Context, s *core.Session, names, owners []string, le
 	for i, n := range names {
 		ks[i] = wire.SeatsKeys{Holds: n, Leases: seatsLeasePrefix + strings.TrimPrefix(n, seatsHoldsPrefix)}
 	}
-	return wire.SeatsDefault().RenewEach(ctx, s.RDB, ks, owners, leaseMs)
+	return s.SeatsScripts().RenewEach(ctx, s.RDB, ks, owners, leaseMs)
 }
 
 // Names are the seats, sorted.
@@ -211,7 +211,7 @@ func (e *seatsEngine) args(a wire.Args) wire.SeatsArgs {
 func (e *seatsEngine) Try(ctx context.Context, a wire.Args, queue bool) (bool, int64, error) {
 	sa := e.args(a)
 	sa.Queue = queue
-	r, err := wire.SeatsDefault().Acquire(ctx, e.s.RDB, e.k, sa)
+	r, err := e.s.SeatsScripts().Acquire(ctx, e.s.RDB, e.k, sa)
 	if err != nil {
 		return false, 0, err
 	}
@@ -222,14 +222,14 @@ func (e *seatsEngine) Try(ctx context.Context, a wire.Args, queue bool) (bool, i
 }
 
 func (e *seatsEngine) GiveUp(ctx context.Context, a wire.Args) error {
-	_, err := wire.SeatsDefault().Leave(ctx, e.s.RDB, e.k, e.args(a))
+	_, err := e.s.SeatsScripts().Leave(ctx, e.s.RDB, e.k, e.args(a))
 	return err
 }
 
 func (e *seatsEngine) Unlock(ctx context.Context, a wire.Args) (wire.UnlockResult, error) {
 	sa := e.args(a)
 	sa.ReleaseID = a.RequestID
-	ok, err := wire.SeatsDefault().Release(ctx, e.s.RDB, e.k, sa)
+	ok, err := e.s.SeatsScripts().Release(ctx, e.s.RDB, e.k, sa)
 	if ok {
 		return wire.Released, err
 	}
@@ -249,6 +249,6 @@ func (e *seatsEngine) WakeChannel(owner string) string { return e.k.WaiterChanne
 // Abandon voids the request (seats_abandon.lua), which gives back seats a
 // copy of it was granted: nothing is left for the caller to release.
 func (e *seatsEngine) Abandon(ctx context.Context, a wire.Args) (bool, error) {
-	_, err := wire.SeatsDefault().Abandon(ctx, e.s.RDB, e.k, e.args(a))
+	_, err := e.s.SeatsScripts().Abandon(ctx, e.s.RDB, e.k, e.args(a))
 	return false, err
 }
