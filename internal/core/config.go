@@ -27,7 +27,7 @@ type Config struct {
 	SemFairScripts *wire.SemFairScripts
 	// SeatsScripts are the multi-seat hold's; default wire.SeatsDefault().
 	SeatsScripts *wire.SeatsScripts
-	WallClock      func() int64 // the wall clock in Unix ms the fair scripts read ("now"); default time.Now
+	WallClock    func() int64 // the wall clock in Unix ms the fair scripts read ("now"); default time.Now
 }
 
 // WithScripts makes a client run scripts (a test's deliberately broken
