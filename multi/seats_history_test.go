@@ -71,11 +71,11 @@ type reqHist struct {
 type reqKind int
 
 const (
-	patient     reqKind = iota // Acquire, ctx = the bound
-	patientTry                 // TryAcquire(bound)
-	impatient                  // Acquire with a short ctx
-	timedTry                   // TryAcquire(short wait)
-	oneShot                    // TryAcquire(0)
+	patient    reqKind = iota // Acquire, ctx = the bound
+	patientTry                // TryAcquire(bound)
+	impatient                 // Acquire with a short ctx
+	timedTry                  // TryAcquire(short wait)
+	oneShot                   // TryAcquire(0)
 )
 
 func (k reqKind) String() string {
@@ -91,7 +91,7 @@ type seatsHist struct {
 	mu      sync.Mutex
 	byOwner map[string]*reqHist
 	orphans map[string]int64 // owner -> give-up before any call of the request
-	odd     []string // calls the test cannot place
+	odd     []string         // calls the test cannot place
 }
 
 func newSeatsHist(scripts *wire.SeatsScripts) *seatsHist {
@@ -589,16 +589,26 @@ func (r *recorder) log(s string) {
 	r.msgs = append(r.msgs, s)
 }
 
-// report is rapid's failure message without the draws.
+// report is the property's failure message (rapid's, without the
+// traceback and the draws).
 func (r *recorder) report() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, m := range r.msgs {
-		if strings.Contains(m, "failed after") {
-			if i := strings.Index(m, "To reproduce"); i > 0 {
-				m = m[:i]
+		if i := strings.Index(m, " requests:\n"); i >= 0 && strings.Contains(m, "failed after") {
+			if j := strings.Index(m, "To reproduce"); j > i {
+				m = m[:j]
 			}
 			return strings.TrimSpace(m)
+		}
+	}
+	for _, m := range r.msgs { // a failure rapid could not reproduce
+		if i := strings.Index(m, "Original traceback ("); i >= 0 {
+			m = m[i+len("Original traceback ("):]
+			if j := strings.Index(m, "):\n"); j > 0 {
+				m = m[:j]
+			}
+			return "first run (rapid's rerun passed): " + m
 		}
 	}
 	return strings.Join(r.msgs, "\n")
