@@ -193,6 +193,9 @@ func semErr(err error) error {
 		{"semaphore owner already holds permits", ErrSemAlreadyHolds},
 		{"semaphore pool would be negative", ErrSemNegative},
 		{"fairlock: semaphore key ", ErrSemWrongType},
+		// A command of the scripts that met a key of another type (the
+		// token key in token_check, a latch): Redis's own error.
+		{"WRONGTYPE", ErrSemWrongType},
 		{"acquisition request abandoned", ErrAbandoned},
 		{"already granted and its hold is over", ErrGrantOver},
 	} {
