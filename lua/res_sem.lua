@@ -32,12 +32,18 @@
 -- (removed) by the next script that runs on the semaphore, and a script
 -- that reclaims wakes the front of the queue, as a release does.
 
-local HOLDERS, LEASES, PERMITS, WANTS
+local HOLDERS, LEASES, PERMITS, QUEUE, WANTS
 local NOW       -- the server clock, Unix ms
 local POOL      -- the pool, nil when not set
 local USED      -- permits held by holders whose lease has not ended
 local RECLAIMED -- this script reclaimed expired holders
 local WANT = {} -- owner -> permits asked (false: none stored)
+local WANTS_NONE -- the wants hash is known to be absent (sem_guard)
+-- The holders and leases as sem_load read them, kept in step with every
+-- write to the two keys below: HOLD owner -> the holders field as stored
+-- (a string), LEASE owner -> lease end (a number). ENDED: the owners
+-- whose lease had ended at NOW (reclaimed by sem_reclaim).
+local HOLD, LEASE, ENDED = {}, {}, {}
 
 local function sem_type(key)
     local t = redis.call('type', key)
@@ -47,36 +53,8 @@ local function sem_type(key)
     return t
 end
 
--- sem_init names the keys, reads the clock and the pool, and checks that
--- every key the scripts write holds its type (or is absent). Returns an
--- error reply, or nil. Writes nothing.
-local function sem_init(holders, leases, permits, queue, wants, grace_key, token)
-    HOLDERS, LEASES, PERMITS, WANTS = holders, leases, permits, wants
-    local t = redis.call('time')
-    NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    local want = {[holders] = 'hash', [leases] = 'zset', [permits] = 'string', [queue] = 'hash',
-        [wants] = 'hash', [grace_key] = 'string', [token] = 'string'}
-    for _, key in ipairs({holders, leases, permits, queue, wants, grace_key, token}) do
-        local got = sem_type(key)
-        if got ~= 'none' and got ~= want[key] then
-            return redis.error_reply('fairlock: semaphore key ' .. key .. ' holds a ' .. got .. ', not a ' .. want[key])
-        end
-    end
-    local p = redis.call('get', permits)
-    if p then
-        if not string.match(p, '^%d+$') then
-            return redis.error_reply('fairlock: semaphore permits key ' .. permits .. ' does not hold an integer >= 0')
-        end
-        POOL = tonumber(p)
-    end
-    return nil
-end
-
--- sem_holds: whether owner holds permits whose lease has not ended
--- (read-only: an ended lease counts as gone before it is reclaimed).
-local function sem_holds(owner)
-    local score = redis.call('zscore', LEASES, owner)
-    return score ~= false and score ~= nil and tonumber(score) > NOW and redis.call('hexists', HOLDERS, owner) == 1
+local function sem_wrong(key, err)
+    return redis.error_reply('fairlock: semaphore key ' .. key .. ' holds the wrong type: ' .. tostring(err))
 end
 
 -- sem_count: the permits a holder's field stands for. A field that is
@@ -90,40 +68,143 @@ local function sem_count(v)
     return tonumber(v)
 end
 
--- sem_used sums the permits of the holders (O(holders), at most the pool).
+-- sem_used sums the permits of the holders whose lease has not ended
+-- (O(holders), at most the pool), from the tables sem_load read: what is
+-- held once sem_reclaim has run.
 local function sem_used()
+    local live = {}
+    for o, v in pairs(HOLD) do
+        local s = LEASE[o]
+        if s and not ENDED[o] then
+            live[#live + 1] = v
+        end
+    end
     local used = 0
-    for _, v in ipairs(redis.call('hvals', HOLDERS)) do
+    for _, v in ipairs(live) do
         used = used + sem_count(v)
     end
     return used
 end
 
--- sem_reclaim removes the holders whose lease has ended (and a holder
--- with no lease at all, which no script writes), then counts USED.
-local function sem_reclaim()
-    local ended = redis.call('zrangebyscore', LEASES, '-inf', NOW)
-    for _, o in ipairs(ended) do
-        redis.call('hdel', HOLDERS, o)
+-- sem_score: a zset score as a number ("inf" and "-inf" included).
+local function sem_score(v)
+    local s = tonumber(v)
+    if s then
+        return s
     end
-    if #ended > 0 then
-        redis.call('zremrangebyscore', LEASES, '-inf', NOW)
-        RECLAIMED = true
+    if string.sub(v, 1, 1) == '-' then
+        return -math.huge
     end
-    if redis.call('hlen', HOLDERS) ~= redis.call('zcard', LEASES) then
-        for _, o in ipairs(redis.call('hkeys', HOLDERS)) do
-            if not redis.call('zscore', LEASES, o) then
-                redis.call('hdel', HOLDERS, o)
-                RECLAIMED = true
-            end
-        end
-        for _, o in ipairs(redis.call('zrange', LEASES, 0, -1)) do
-            if redis.call('hexists', HOLDERS, o) == 0 then
-                redis.call('zrem', LEASES, o)
-            end
+    return math.huge
+end
+
+-- sem_load reads the holders and the leases whole (two commands,
+-- O(holders)); a key of the wrong type is an error reply (nothing is
+-- written before it: every script calls sem_init first). Returns an error
+-- reply, or nil.
+local function sem_load()
+    local h = redis.pcall('hgetall', HOLDERS)
+    if h.err then
+        return sem_wrong(HOLDERS, h.err)
+    end
+    local l = redis.pcall('zrange', LEASES, 0, -1, 'withscores')
+    if l.err then
+        return sem_wrong(LEASES, l.err)
+    end
+    for i = 1, #h, 2 do
+        HOLD[h[i]] = h[i + 1]
+    end
+    for i = 1, #l, 2 do
+        local o, s = l[i], sem_score(l[i + 1])
+        LEASE[o] = s
+        if s <= NOW then
+            ENDED[o] = true
         end
     end
     USED = sem_used()
+    return nil
+end
+
+-- sem_init names the keys, reads the clock and the pool, and loads the
+-- holders and the leases (sem_load). Writes nothing. checked: also check
+-- the type of all seven keys (TYPE, one command each), as the scripts off
+-- the hot path do; the hot scripts (acquire, release) instead read every
+-- key they may write with a command of its type before they write
+-- anything (sem_guard; see docs/design.md). Returns an error reply, or
+-- nil.
+local function sem_init(holders, leases, permits, queue, wants, grace_key, token, checked)
+    HOLDERS, LEASES, PERMITS, QUEUE, WANTS = holders, leases, permits, queue, wants
+    local t = redis.call('time')
+    NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if checked then
+        local want = {[holders] = 'hash', [leases] = 'zset', [permits] = 'string', [queue] = 'hash',
+            [wants] = 'hash', [grace_key] = 'string', [token] = 'string'}
+        for _, key in ipairs({holders, leases, permits, queue, wants, grace_key, token}) do
+            local got = sem_type(key)
+            if got ~= 'none' and got ~= want[key] then
+                return redis.error_reply('fairlock: semaphore key ' .. key .. ' holds a ' .. got .. ', not a ' .. want[key])
+            end
+        end
+    end
+    local p = redis.pcall('get', permits)
+    if type(p) == 'table' and p.err then
+        return sem_wrong(permits, p.err)
+    end
+    if p then
+        if not string.match(p, '^%d+$') then
+            return redis.error_reply('fairlock: semaphore permits key ' .. permits .. ' does not hold an integer >= 0')
+        end
+        POOL = tonumber(p)
+    end
+    return sem_load()
+end
+
+-- sem_holds: whether owner holds permits whose lease has not ended
+-- (read-only: an ended lease counts as gone before it is reclaimed).
+local function sem_holds(owner)
+    local score = LEASE[owner]
+    return score ~= nil and score > NOW and HOLD[owner] ~= nil
+end
+
+-- sem_reclaim removes the holders whose lease has ended, a holder with no
+-- lease and a lease with no holder (neither of which any script writes),
+-- then counts USED. Only writes when it finds one.
+local function sem_reclaim()
+    local ended = false
+    for o in pairs(ENDED) do
+        ended = true
+        if HOLD[o] then
+            redis.call('hdel', HOLDERS, o)
+            HOLD[o] = nil
+        end
+        LEASE[o] = nil
+    end
+    if ended then
+        redis.call('zremrangebyscore', LEASES, '-inf', NOW)
+        RECLAIMED = true
+    end
+    ENDED = {}
+    for o in pairs(HOLD) do
+        if not LEASE[o] then
+            redis.call('hdel', HOLDERS, o)
+            HOLD[o] = nil
+            RECLAIMED = true
+        end
+    end
+    for o in pairs(LEASE) do
+        if not HOLD[o] then
+            redis.call('zrem', LEASES, o)
+            LEASE[o] = nil
+        end
+    end
+    USED = sem_used()
+end
+
+-- sem_drop: owner's holders field and lease go (a release, a give-back).
+local function sem_drop(owner)
+    redis.call('hdel', HOLDERS, owner)
+    redis.call('zrem', LEASES, owner)
+    HOLD[owner], LEASE[owner] = nil, nil
 end
 
 -- The permits w asks for: the caller's from its call (sem_want_set),
@@ -143,6 +224,7 @@ end
 local function sem_want_store(owner, n)
     if tonumber(redis.call('hget', WANTS, owner)) ~= n then
         redis.call('hset', WANTS, owner, n)
+        WANTS_NONE = false
     end
     WANT[owner] = n
 end
@@ -153,9 +235,10 @@ local function sem_want_drop(owner)
 end
 
 -- sem_tidy, at the end of a script: an empty queue keeps no asks (one that
--- a queue reset left behind included).
+-- a queue reset left behind included). The DEL is skipped when the hash
+-- is known to be absent.
 local function sem_tidy()
-    if not q_front() then
+    if not q_front() and not WANTS_NONE then
         redis.call('del', WANTS)
     end
 end
@@ -186,11 +269,20 @@ local function res_popped(w)
     sem_want_drop(w)
 end
 
+-- res_take: owner's ask is dropped from the wants hash only when the
+-- queue is not empty now: every script that takes ends with sem_tidy,
+-- which deletes the whole hash when the queue is empty.
 local function res_take(owner, lease)
     local n = sem_want(owner)
+    local ends = NOW + tonumber(lease)
     redis.call('hset', HOLDERS, owner, n)
-    redis.call('zadd', LEASES, NOW + tonumber(lease), owner)
-    sem_want_drop(owner)
+    redis.call('zadd', LEASES, ends, owner)
+    HOLD[owner], LEASE[owner] = tostring(n), ends
+    if q_front() then
+        sem_want_drop(owner)
+    else
+        WANT[owner] = nil
+    end
     USED = USED + n
 end
 
@@ -199,10 +291,17 @@ local function res_reenter(_, _)
 end
 
 -- The next lease to end, ms from now, or nil when nobody holds.
+-- (The leases as loaded and kept in step: after sem_reclaim, the zset's
+-- first member.)
 local function sem_next_end()
-    local e = redis.call('zrange', LEASES, 0, 0, 'withscores')
-    if e[2] then
-        return tonumber(e[2]) - NOW
+    local first = nil
+    for _, s in pairs(LEASE) do
+        if not first or s < first then
+            first = s
+        end
+    end
+    if first then
+        return first - NOW
     end
     return nil
 end
@@ -221,4 +320,39 @@ local function res_blocked(w)
         return nil
     end
     return sem_next_end() or -1
+end
+
+-- sem_guard, in the hot scripts (acquire, release) before they write
+-- anything: the queue and the wants hash are of their types. The queue is
+-- read with HMGET (its head, and whether owner is queued: owner nil for
+-- none); then the wants hash: with a head, the head's ask (HGET, kept for
+-- sem_want: prune and finish read it anyway); without, its length (HLEN:
+-- when it is absent, sem_tidy skips its DEL). Every other key a hot script writes was read with a
+-- command of its type by sem_init (holders, leases, pool), token_check
+-- (token) or the script (its latch), or is written only with commands
+-- that take any type (the grace key: GET under pcall, SET, DEL; PUBLISH).
+-- Returns whether owner is queued (as HEXISTS would say), then an error
+-- reply or nil.
+local function sem_guard(owner)
+    local v = redis.pcall('hmget', QUEUE, 'h', 'n:' .. (owner or ''))
+    if v.err then
+        return false, sem_wrong(QUEUE, v.err)
+    end
+    local head = v[1]
+    if head then
+        local got = redis.pcall('hget', WANTS, head)
+        if type(got) == 'table' and got.err then
+            return false, sem_wrong(WANTS, got.err)
+        end
+        if WANT[head] == nil then
+            WANT[head] = tonumber(got) or false
+        end
+    else
+        local got = redis.pcall('hlen', WANTS)
+        if type(got) == 'table' and got.err then
+            return false, sem_wrong(WANTS, got.err)
+        end
+        WANTS_NONE = got == 0
+    end
+    return v[2] ~= false and v[2] ~= nil, nil
 end

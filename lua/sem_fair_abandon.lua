@@ -24,7 +24,7 @@ local owner, grace = ARGV[1], tonumber(ARGV[3])
 if not grace or not tonumber(ARGV[2]) then
     return redis.error_reply('fairlock: semaphore: bad arguments')
 end
-local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], true)
 if bad then
     return bad
 end
@@ -42,9 +42,8 @@ fair_init(KEYS[1], nil, nil, KEYS[4], KEYS[8], KEYS[6], ARGV[4], '0', false)
 sem_reclaim()
 local _, head0, second0 = begin()
 if give then
-    USED = USED - (tonumber(redis.call('hget', KEYS[1], owner)) or 0)
-    redis.call('hdel', KEYS[1], owner)
-    redis.call('zrem', KEYS[2], owner)
+    USED = USED - (tonumber(HOLD[owner]) or 0)
+    sem_drop(owner)
 end
 finish(nil, head0, second0, give or RECLAIMED, grace)
 sem_tidy()

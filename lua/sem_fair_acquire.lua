@@ -39,14 +39,18 @@
 --     "fairlock: semaphore owner already holds permits"
 --     "fairlock: acquisition request abandoned" (latch_common.lua)
 --     "fairlock: acquisition request already granted and its hold is over"
---     "fairlock: semaphore key ... holds a ..." (wrong type), a bad token
---     key, "fairlock: semaphore: bad arguments"
+--     "fairlock: semaphore key ... holds the wrong type: ..." (the
+--     holders, leases, pool, queue or wants key; res_sem.lua's sem_init
+--     and sem_guard read each before anything is written), "fairlock:
+--     fencing token key ...: WRONGTYPE ..." or a bad token value, Redis's
+--     WRONGTYPE for a latch of another type; "fairlock: semaphore: bad
+--     arguments"
 local lease, owner, n, wait = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local grace, queue = tonumber(ARGV[6]), ARGV[8] == '1'
 if not lease or lease < 1 or not n or n < 1 or n ~= math.floor(n) or not wait or wait < 0 or not grace or not tonumber(ARGV[5]) then
     return redis.error_reply('fairlock: semaphore: bad arguments')
 end
-local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], false)
 if bad then
     return bad
 end
@@ -76,12 +80,21 @@ end
 if sem_holds(owner) then
     return redis.error_reply('fairlock: semaphore owner already holds permits')
 end
+local queued
+queued, bad = sem_guard(owner)
+if bad then
+    return bad
+end
 
+-- Nothing was written above; every key written below was read with a
+-- command of its type above (sem_guard).
 fair_init(KEYS[1], nil, nil, KEYS[4], KEYS[8], KEYS[6], ARGV[7], '0', false)
-sem_reclaim()
 local head, head0, second0 = begin()
+if not head then
+    queued = false -- an empty queue (or one begin reset)
+end
+sem_reclaim()
 sem_want_set(owner, n)
-local queued = q_queued(owner)
 if queued then
     sem_want_store(owner, n)
 end

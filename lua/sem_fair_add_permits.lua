@@ -15,7 +15,7 @@ local delta, grace = tonumber(ARGV[1]), tonumber(ARGV[2])
 if not delta or delta ~= math.floor(delta) or not grace then
     return redis.error_reply('fairlock: semaphore: bad arguments')
 end
-local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], true)
 if bad then
     return bad
 end

@@ -15,12 +15,14 @@
 -- the first reply and does nothing, so a late copy never releases a later
 -- grant of the same owner. Permits given back (or reclaimed from ended
 -- leases) wake the head of the queue and the waiter behind it. An error
--- reply (nothing written) when a key holds the wrong type.
+-- reply (nothing written) when a key it uses holds the wrong type (read
+-- before anything is written: sem_init, sem_guard, the latch's GET); the
+-- token key is not used, and a grace key of another type is deleted.
 local owner, grace = ARGV[1], tonumber(ARGV[3])
 if not grace or not tonumber(ARGV[2]) then
     return redis.error_reply('fairlock: semaphore: bad arguments')
 end
-local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], false)
 if bad then
     return bad
 end
@@ -28,15 +30,21 @@ local latched = redis.call('get', KEYS[9])
 if latched then
     return tonumber(latched)
 end
+local _
+_, bad = sem_guard(nil)
+if bad then
+    return bad
+end
+-- Nothing was written above; every key written below was read with a
+-- command of its type above (sem_guard).
 fair_init(KEYS[1], nil, nil, KEYS[4], KEYS[8], KEYS[6], ARGV[4], '0', false)
-sem_reclaim()
 local head, head0, second0 = begin()
+sem_reclaim()
 prune(owner, NOW, head, grace)
 local result = 0
-local n = tonumber(redis.call('hget', KEYS[1], owner))
+local n = tonumber(HOLD[owner])
 if n then
-    redis.call('hdel', KEYS[1], owner)
-    redis.call('zrem', KEYS[2], owner)
+    sem_drop(owner)
     USED = USED - n
     result = 1
 end

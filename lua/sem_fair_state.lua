@@ -9,14 +9,14 @@
 -- ended; negative when the pool was set below what is held; -1 when the
 -- pool is not set); how many owners hold permits (leases not ended); how
 -- many waiters are queued. An error reply when a key holds the wrong type.
-local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], true)
 if bad then
     return bad
 end
 local used, holders = 0, 0
-for _, o in ipairs(redis.call('zrangebyscore', KEYS[2], '(' .. NOW, '+inf')) do
-    local v = redis.call('hget', KEYS[1], o)
-    if v then -- a damaged count counts as acquisition counts it (sem_count)
+for o, s in pairs(LEASE) do -- as sem_init loaded them
+    local v = HOLD[o]
+    if s > NOW and v then -- a damaged count counts as acquisition counts it (sem_count)
         used, holders = used + sem_count(v), holders + 1
     end
 end

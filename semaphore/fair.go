@@ -3,6 +3,7 @@ package semaphore
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -136,19 +137,27 @@ func (f *Fair) acquire(ctx context.Context, n int, wait, lease time.Duration) (*
 	if n <= 0 || lease < 0 {
 		return nil, fmt.Errorf("%w: %d permits, lease %v", fairlock.ErrInvalidValue, n, lease)
 	}
-	owner := wire.Owner(f.s.ID, f.s.NewThreadID())
+	// wire.Owner's format, without fmt.
+	owner := f.s.ID + ":" + strconv.FormatInt(f.s.NewThreadID(), 10)
 	queue := wait != 0
-	e := &fairEngine{s: f.s, k: f.k, n: int64(n)}
-	m, err := core.NewHold(f.s, f.k.Holders, owner, e, core.KindFairSemaphore, queue)
+	// The engine, the Permit and the token live in one allocation.
+	a := &fairAcquisition{e: fairEngine{s: f.s, k: f.k, n: int64(n)}}
+	m, err := core.NewHold(f.s, f.k.Holders, owner, &a.e, core.KindFairSemaphore, queue)
 	if err != nil {
 		return nil, err
 	}
-	var token int64
-	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &token})
+	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token})
 	if err != nil || !ok {
 		return nil, err
 	}
-	return &Permit{m: m, token: token, n: n}, nil
+	a.p.m, a.p.n = m, n
+	return &a.p, nil
+}
+
+// fairAcquisition is what one acquisition allocates besides its hold.
+type fairAcquisition struct {
+	e fairEngine
+	p Permit
 }
 
 // fairEngine runs the fair semaphore's scripts for one acquisition of n

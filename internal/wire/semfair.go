@@ -112,7 +112,7 @@ func SemFairSource(file string) string {
 // SemFairScripts is one loaded set of the fair semaphore's scripts.
 // SemFairDefault is the real set; tests build broken sets with EditSemFair.
 type SemFairScripts struct {
-	byFile map[string]*redis.Script
+	set *Scripts // the sources, digests and go-redis scripts (exec.go's calls)
 }
 
 // SemFairDefault is the set every fair semaphore uses.
@@ -121,24 +121,40 @@ var SemFairDefault = sync.OnceValue(func() *SemFairScripts { return EditSemFair(
 // EditSemFair builds a set whose sources are edit(file, source); nil
 // leaves them as they are.
 func EditSemFair(edit func(file, src string) string) *SemFairScripts {
-	s := &SemFairScripts{byFile: make(map[string]*redis.Script, len(SemFairFiles))}
+	s := &SemFairScripts{set: newScripts(len(SemFairFiles))}
 	for _, f := range SemFairFiles {
 		src := SemFairSource(f)
 		if edit != nil {
 			src = edit(f, src)
 		}
-		s.byFile[f] = redis.NewScript(src)
+		s.set.add(f, src)
 	}
 	return s
 }
 
 // Script returns the loaded script of file.
 func (s *SemFairScripts) Script(file string) *redis.Script {
-	sc, ok := s.byFile[file]
+	sc, ok := s.set.byFile[file]
 	if !ok {
 		panic("lua: no fair-semaphore script " + file)
 	}
 	return sc
+}
+
+// call starts a call of file with KEYS[1..8] (common) and extra more keys
+// and nargs arguments, sent as the locks' hot scripts are (exec.go: one
+// prebuilt EVALSHA argument list, repeating values boxed once).
+func (s *SemFairScripts) call(file string, k SemFairKeys, extra string, nargs int) cmdBuf {
+	nkeys := 8
+	if extra != "" {
+		nkeys = 9
+	}
+	c := s.set.cmd(file, nkeys, nargs)
+	c.key(k.Holders).key(k.Leases).key(k.Permits).key(k.Queue).key(k.Wants).key(k.Grace).key(k.Token).key(k.Channel)
+	if extra != "" {
+		c.str(extra)
+	}
+	return c
 }
 
 // SemArgs are the values a fair-semaphore script call may need. Durations
@@ -193,6 +209,9 @@ func semErr(err error) error {
 		{"semaphore owner already holds permits", ErrSemAlreadyHolds},
 		{"semaphore pool would be negative", ErrSemNegative},
 		{"fairlock: semaphore key ", ErrSemWrongType},
+		// A command of the scripts that met a key of another type (the
+		// token key in token_check, a latch): Redis's own error.
+		{"WRONGTYPE", ErrSemWrongType},
 		{"acquisition request abandoned", ErrAbandoned},
 		{"already granted and its hold is over", ErrGrantOver},
 	} {
@@ -225,8 +244,9 @@ func (s *SemFairScripts) Acquire(ctx context.Context, rdb redis.Scripter, k SemF
 	if a.Queue {
 		q = 1
 	}
-	v, err := s.run(ctx, rdb, FileSemFairAcquire, k.common(k.AcquireLatch(a.AcquireID)),
-		a.LeaseMs, a.Owner, a.Permits, a.WaitMs, latchMs, a.GraceMs, a.pubCmd(), q).Int64Slice()
+	c := s.call(FileSemFairAcquire, k, k.AcquireLatch(a.AcquireID), 8)
+	c.num(a.LeaseMs).str(a.Owner).num(a.Permits).num(a.WaitMs).num(latchMs).num(a.GraceMs).key(a.pubCmd()).num(int64(q))
+	v, err := c.run(ctx, rdb).Int64Slice()
 	if err != nil {
 		return SemAcquireResult{}, semErr(err)
 	}
@@ -247,8 +267,9 @@ func (s *SemFairScripts) Release(ctx context.Context, rdb redis.Scripter, k SemF
 	if a.ReleaseID != "" {
 		latchMs = max(a.LatchMs, 1)
 	}
-	n, err := s.run(ctx, rdb, FileSemFairRelease, k.common(k.ReleaseLatch(a.ReleaseID)),
-		a.Owner, latchMs, a.GraceMs, a.pubCmd()).Int64()
+	c := s.call(FileSemFairRelease, k, k.ReleaseLatch(a.ReleaseID), 4)
+	c.str(a.Owner).num(latchMs).num(a.GraceMs).key(a.pubCmd())
+	n, err := c.run(ctx, rdb).Int64()
 	return n == 1, semErr(err)
 }
 

@@ -199,8 +199,19 @@ func TestSemFairWrongType(t *testing.T) {
 			require.NoError(t, err)
 			assert.ElementsMatch(t, []string{k.Permits, key}, keys, "nothing written")
 		}
+		// The token key: the acquisition reads it before writing anything
+		// (token_check); a release does not use it.
+		require.NoError(t, rdb.Del(ctx, k.Holders, k.Leases, k.Permits, k.Queue, k.Wants, k.Grace, k.Token).Err())
+		require.NoError(t, rdb.Set(ctx, k.Permits, 2, 0).Err())
+		require.NoError(t, rdb.HSet(ctx, k.Token, "x", "1").Err())
+		_, err := s.Acquire(ctx, rdb, k, wire.SemArgs{Owner: "u:1", Permits: 1, LeaseMs: 1000, Queue: true})
+		require.ErrorIs(t, err, wire.ErrSemWrongType)
+		keys, err := rdb.Keys(ctx, "*"+k.Name+"*").Result()
+		require.NoError(t, err)
+		assert.ElementsMatch(t, []string{k.Permits, k.Token}, keys, "nothing written")
+		require.NoError(t, rdb.Del(ctx, k.Token).Err())
 		require.NoError(t, rdb.Set(ctx, k.Permits, "many", 0).Err())
-		_, err := s.Acquire(ctx, rdb, k, wire.SemArgs{Owner: "u:1", Permits: 1, LeaseMs: 1000})
+		_, err = s.Acquire(ctx, rdb, k, wire.SemArgs{Owner: "u:1", Permits: 1, LeaseMs: 1000})
 		require.Error(t, err)
 		require.NoError(t, rdb.Set(ctx, k.Leases, "x", 0).Err())
 		st, err := s.RenewEach(ctx, rdb, []wire.SemFairKeys{k}, []string{"u:1"}, 1000)
