@@ -47,6 +47,7 @@ func TestQuickRun(t *testing.T) {
 		"Scenario 1", "Scenario 2", "Scenario 3", "Scenario 4: fair-queue drain", "Scenario 4: fair-lock handoff", "Scenario 5",
 		"Redis commands per handoff by command", "Targets, judged on this run", "Issue 14's targets, judged on this run",
 		"Issue 21: the fair semaphore", "Issue 21's benchmark targets, judged on this run",
+		"Issue 22: a fair 4-seat hold", "Issue 22's benchmark target, judged on this run",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -75,6 +76,24 @@ func TestQuickRun(t *testing.T) {
 	// ratios (k = 1), 3 growth ratios
 	if n := len(res.SemTargets()); n != 9 {
 		t.Errorf("issue 21: %d targets judged, want 9", n)
+	}
+	for _, name := range []string{runner.SeatsLockRedisson, runner.SeatsLockScalable, runner.SeatsVenue4, runner.SeatsMulti4} {
+		// uncontended twice (ctx can end, cannot), commands by command
+		if n := strings.Count(md, "| "+name+" |"); n != 2+1 {
+			t.Errorf("seats: %s has %d table rows, want 3", name, n)
+		}
+	}
+	// issue 22's target judged (not asserted met: a smoke run of 30 cycles
+	// on a shared machine says nothing about speed) for both context kinds
+	// and both engines, on figures that exist
+	ts := res.SeatsTargets()
+	if len(ts) != 4 {
+		t.Errorf("issue 22: %d targets judged, want 4", len(ts))
+	}
+	for _, tg := range ts {
+		if !(tg.Ratio > 0) {
+			t.Errorf("issue 22: %s: ratio %v", tg.What, tg.Ratio)
+		}
 	}
 	for _, l := range runner.Libs() {
 		if !l.Fair {
