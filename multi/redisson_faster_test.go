@@ -42,7 +42,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock-go/fairlock"
-	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/multi"
 )
@@ -566,5 +565,3 @@ func TestRedissonFasterConcurrency(t *testing.T) {
 		}
 	})
 }
-
-var _ = fair.New // kinds[1] is the fair lock
