@@ -3,6 +3,7 @@ package bench_test
 import (
 	"context"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/redistest"
+	"github.com/fairlock-go/fairlock/multi"
 	"github.com/fairlock-go/fairlock/reentrant"
 	"github.com/fairlock-go/fairlock/semaphore"
 )
@@ -140,6 +142,46 @@ func BenchmarkFairSemaphoreAcquireRelease(b *testing.B) {
 		p, err = s.Acquire(ctx, 1, 0)
 		return err
 	}, func(ctx context.Context) error { return p.Release(ctx) })
+}
+
+// BenchmarkSeatsAcquireRelease is an uncontended Acquire+Release of a fair
+// multi-seat hold over 4 seats of one venue (names sharing a hash tag): the
+// cycle issue 22 compares with one fair lock's (BenchmarkFairLockUnlock,
+// BenchmarkFairScalableLockUnlock), within 1.5x.
+func BenchmarkSeatsAcquireRelease(b *testing.B) {
+	rdb, rt := client(b)
+	tag := redistest.Prefix(b) + "venue"
+	s, err := multi.NewSeats(newFairlock(b, rdb), "{"+tag+"}:1", "{"+tag+"}:2", "{"+tag+"}:3", "{"+tag+"}:4")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var h *multi.SeatHold
+	cycle(b, rt, func(ctx context.Context) (err error) {
+		h, err = s.Acquire(ctx, 0)
+		return err
+	}, func(ctx context.Context) error { return h.Release(ctx) })
+}
+
+// BenchmarkMultiLockFair4LockUnlock is an uncontended Lock+Unlock of the
+// canonical-order MultiLock over 4 fair locks (Redisson engine), for
+// comparison with BenchmarkSeatsAcquireRelease.
+func BenchmarkMultiLockFair4LockUnlock(b *testing.B) {
+	rdb, rt := client(b)
+	c := newFairlock(b, rdb)
+	p := redistest.Prefix(b)
+	ms := make([]multi.Member, 4)
+	for i := range ms {
+		m, err := fair.New(c, p+"lock"+strconv.Itoa(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms[i] = m
+	}
+	l, err := multi.New(ms...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cycle(b, rt, l.Lock, l.Unlock)
 }
 
 // BenchmarkFloorEvalSha is one round trip of a trivial script.

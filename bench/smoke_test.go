@@ -47,6 +47,7 @@ func TestQuickRun(t *testing.T) {
 		"Scenario 1", "Scenario 2", "Scenario 3", "Scenario 4: fair-queue drain", "Scenario 4: fair-lock handoff", "Scenario 5",
 		"Redis commands per handoff by command", "Targets, judged on this run", "Issue 14's targets, judged on this run",
 		"Issue 21: the fair semaphore", "Issue 21's benchmark targets, judged on this run",
+		"Issue 22: a fair 4-seat hold", "Issue 22's benchmark target, judged on this run",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -64,17 +65,39 @@ func TestQuickRun(t *testing.T) {
 	if n := res.Violations(); n != 0 {
 		t.Errorf("%d grants while another goroutine held the lock", n)
 	}
+	// Rows per participant of the semaphore and seats scenarios (the fair
+	// locks take part in both, under the same names).
+	rows := map[string]int{}
 	for _, name := range []string{runner.SemLockRedisson, runner.SemLockScalable, runner.SemFairPool1} {
 		// uncontended twice (ctx can end, cannot), the handoff with 1
 		// waiter, the work at 4 and 8 waiters and its commands by command
-		if n := strings.Count(md, "| "+name+" |"); n != 2+1+2+2 {
-			t.Errorf("%s has %d table rows, want 7", name, n)
+		rows[name] += 2 + 1 + 2 + 2
+	}
+	for _, name := range []string{runner.SeatsLockRedisson, runner.SeatsLockScalable, runner.SeatsVenue4, runner.SeatsMulti4} {
+		// uncontended twice (ctx can end, cannot), commands by command
+		rows[name] += 2 + 1
+	}
+	for name, want := range rows {
+		if n := strings.Count(md, "| "+name+" |"); n != want {
+			t.Errorf("%s has %d table rows, want %d", name, n, want)
 		}
 	}
 	// every target of issue 21 judged: 4 uncontended ratios, 2 handoff
 	// ratios (k = 1), 3 growth ratios
 	if n := len(res.SemTargets()); n != 9 {
 		t.Errorf("issue 21: %d targets judged, want 9", n)
+	}
+	// issue 22's target judged (not asserted met: a smoke run of 30 cycles
+	// on a shared machine says nothing about speed) for both context kinds
+	// and both engines, on figures that exist
+	ts := res.SeatsTargets()
+	if len(ts) != 4 {
+		t.Errorf("issue 22: %d targets judged, want 4", len(ts))
+	}
+	for _, tg := range ts {
+		if !(tg.Ratio > 0) {
+			t.Errorf("issue 22: %s: ratio %v", tg.What, tg.Ratio)
+		}
 	}
 	for _, l := range runner.Libs() {
 		if !l.Fair {

@@ -7,7 +7,8 @@
 // handoff chain floor measured between the turns; the other scenarios run
 // every library once per round. The semaphore scenario (issue 21) compares
 // the fair semaphore with the fair lock's engines on clients with default
-// go-redis options (semaphore.go).
+// go-redis options (semaphore.go); the seats scenario (issue 22) compares
+// a fair 4-seat hold with one fair lock's cycle the same way (seats.go).
 package runner
 
 import (
@@ -36,10 +37,11 @@ const (
 	ScFairHandoff = "fairhandoff" // scenario 4: fair handoff latency with k waiters (issue 3)
 	ScCPU         = "cpu"         // scenario 5: Redis CPU per handoff
 	ScSemaphore   = "semaphore"   // issue 21: the fair semaphore against the fair lock
+	ScSeats       = "seats"       // issue 22: a fair 4-seat hold against one fair lock, uncontended
 )
 
 // Scenarios lists every scenario in run order.
-var Scenarios = []string{ScFloor, ScUncontended, ScContention, ScFairness, ScDrain, ScFairHandoff, ScCPU, ScSemaphore}
+var Scenarios = []string{ScFloor, ScUncontended, ScContention, ScFairness, ScDrain, ScFairHandoff, ScCPU, ScSemaphore, ScSeats}
 
 // Config is one run of the runner.
 type Config struct {
@@ -83,6 +85,10 @@ type params struct {
 	semSizes    []int         // queue sizes for the Redis work per grant
 	semIdle     time.Duration // idle measurement before each drain
 	semSettle   time.Duration // settling of the queue before each drain
+
+	// the seats scenario
+	seatsCycles int // uncontended cycles per participant per round
+	seatsWarmup int // unmeasured cycles before them
 }
 
 func (c Config) params() params {
@@ -91,13 +97,15 @@ func (c Config) params() params {
 			handoffK: []int{1, 3}, handoffN: 20, cpuWaiters: 8, cpuHold: time.Millisecond,
 			contClients: 2, contPerCl: 2, contChunks: 2, chainChunk: 10, drainTimeout: 60 * time.Second,
 			semCycles: 30, semWarmup: 10, semK: []int{1}, semHandoffN: 20, semChunks: 2, semSizes: pick(c.SemSizes, 4, 8),
-			semIdle: 100 * time.Millisecond, semSettle: 50 * time.Millisecond}
+			semIdle: 100 * time.Millisecond, semSettle: 50 * time.Millisecond,
+			seatsCycles: 30, seatsWarmup: 10}
 	}
 	return params{cycles: 2000, warmup: 100, floorN: 2000, duration: 3 * time.Second, fairN: 32, arrivalGap: 5 * time.Millisecond,
 		handoffK: []int{1, 10, 100}, handoffN: 500, cpuWaiters: 100, cpuHold: time.Millisecond,
 		contClients: 4, contPerCl: 8, contChunks: 6, chainChunk: 50, drainTimeout: 20 * time.Minute,
 		semCycles: 1000, semWarmup: 100, semK: []int{1, 10}, semHandoffN: 600, semChunks: 3, semSizes: pick(c.SemSizes, 10, 100, 1000),
-		semIdle: 300 * time.Millisecond, semSettle: 200 * time.Millisecond}
+		semIdle: 300 * time.Millisecond, semSettle: 200 * time.Millisecond,
+		seatsCycles: 1000, seatsWarmup: 100}
 }
 
 // pick is sizes, or def when sizes is empty.
@@ -123,7 +131,8 @@ type Results struct {
 	Drain       map[sizeKey]*drainRow
 	FairHandoff map[sizeKey]*contRow
 	CPU         map[string]*cpuRow
-	Sem         *semResults // the semaphore scenario (nil when it did not run)
+	Sem         *semResults   // the semaphore scenario (nil when it did not run)
+	Seats       *seatsResults // the seats scenario (nil when it did not run)
 	Errors      []string
 	// RueidisRetries counts rueidislock waits cancelled and retried after
 	// rueidisWait without a wake-up (see rdlMutex.lock).
@@ -310,6 +319,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		{ScFairHandoff, func(int) { r.runFairHandoff(ctx, e) }},
 		{ScCPU, func(round int) { r.runCPU(ctx, e, t, round) }},
 		{ScSemaphore, func(round int) { r.runSemaphore(ctx, e, t, round) }},
+		{ScSeats, func(round int) { r.runSeats(ctx, e, t, round) }},
 	}
 	for _, s := range steps {
 		if !cfg.wants(s.name) {

@@ -9,6 +9,7 @@
 //	cd bench && go run ./cmd/lockbench --only floor,uncontended --rounds 3
 //	cd bench && go run ./cmd/lockbench --redis 127.0.0.1:6379
 //	cd bench && go run ./cmd/lockbench --only semaphore --rounds 7   # issue 21: the fair semaphore against the fair lock
+//	cd bench && go run ./cmd/lockbench --only seats --rounds 9       # issue 22: a fair 4-seat hold against one fair lock
 //
 // Without --redis it starts its own redis-server on a free 127.0.0.1 port
 // (no persistence), killed at exit. With --redis it touches only keys under
