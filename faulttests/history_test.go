@@ -112,6 +112,7 @@ type Call struct {
 	Err      string // "" when nil
 	Closed   bool   // the error matches fairlock.ErrClosed
 	Permits  int    // a semaphore acquisition's ask (0: a lock's call)
+	Seats    []string // a seats call's seats (Lock is the venue)
 }
 
 func (c Call) String() string {
@@ -131,6 +132,9 @@ func (c Call) String() string {
 	op := c.Op
 	if c.Permits > 0 {
 		op = fmt.Sprintf("%s{%d}", op, c.Permits)
+	}
+	if len(c.Seats) > 0 {
+		op = fmt.Sprintf("%s%v", op, seatNums(c.Seats))
 	}
 	return fmt.Sprintf("#%d c%d %s %s(%s) [%s] -> %s", c.ID, c.Client, short(c.Owner), op, c.Lock, ctx, res)
 }
@@ -361,7 +365,10 @@ func (h *History) Timeline(lock string, from, to time.Duration, maxLines int) st
 			ls = append(ls, line{t, s})
 		}
 	}
-	on := func(l string) bool { return lock == "" || l == lock }
+	// a seat's history shows its venue's calls and joins too
+	on := func(l string) bool {
+		return lock == "" || l == lock || h.Locks[l] == SeatsVenue && strings.HasPrefix(lock, "{"+l+"}")
+	}
 	for _, c := range h.Calls {
 		if !on(c.Lock) {
 			continue

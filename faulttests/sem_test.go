@@ -410,7 +410,6 @@ func (e *Env) semDied(c *Client, died time.Duration) {
 		as = append(as, a)
 	}
 	c.hmu.Unlock()
-	_, rdb := e.adminClient()
 	for _, a := range as {
 		owner := a.Owner()
 		v := a.held()
@@ -440,11 +439,19 @@ func (e *Env) semDied(c *Client, died time.Duration) {
 		if lease == 0 {
 			lease = WatchdogLease
 		}
-		pr := SemProbe{Lock: a.h.Lock, Owner: owner, Client: c.ID, Lease: lease, Died: died, LeaseEnd: -1}
-		e.probes.Add(1)
-		go func() {
+		e.probe(SemProbe{Lock: a.h.Lock, Owner: owner, Client: c.ID, Lease: lease, Died: died, LeaseEnd: -1}, key, members)
+	}
+}
+
+// probe reads, pr.Lease + DeadSlack after pr.Died, the server's clock and
+// the latest score of members in the zset key (a dead holder's lease end),
+// and records it in pr.
+func (e *Env) probe(pr SemProbe, key string, members []any) {
+	_, rdb := e.adminClient()
+	e.probes.Add(1)
+	go func() {
 			defer e.probes.Done()
-			time.Sleep(died + lease + DeadSlack - e.H.Now())
+			time.Sleep(pr.Died + pr.Lease + DeadSlack - e.H.Now())
 			deadline := time.Now().Add(30 * time.Second)
 			for {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -462,7 +469,6 @@ func (e *Env) semDied(c *Client, died time.Duration) {
 			}
 			e.H.Update(func() { e.H.Probes = append(e.H.Probes, pr) })
 		}()
-	}
 }
 
 // expirableLeftover: after every client closed, no permit of an
