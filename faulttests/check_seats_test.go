@@ -200,3 +200,45 @@ func TestCheckSeatsDeadHolders(t *testing.T) {
 		expect(t, CheckSemDeadHolders(h), "seats-dead-holder", c.want)
 	}
 }
+
+// The RedLock checks on hand-made histories.
+func TestCheckRedLock(t *testing.T) {
+	h := hist()
+	h.Locks["RL"] = RedLockKind
+	rw := func(owner string, client int, start, end time.Duration, granted ...bool) *Window {
+		w := win(owner, client, start, end)
+		w.Lock, w.Granted = "RL", granted
+		return w
+	}
+	// one after the other: fine
+	h.Windows = []*Window{rw("a", 0, 1*s, 2*s, true, true, false), rw("b", 1, 2*s, 3*s, false, true, true)}
+	expect(t, CheckRedLockExclusion(h), "redlock-exclusion", 0)
+	// overlapping: caught
+	h.Windows[1].Start = 1500 * ms(1)
+	expect(t, CheckRedLockExclusion(h), "redlock-exclusion", 1)
+	// across a restart of server 2, the only server both had, the old
+	// window ending within its lease of it: excused
+	h.Faults = []Fault{{Kind: FRestart, Client: -1, Server: 2, Start: 1200 * ms(1), End: 1300 * ms(1)}}
+	expect(t, CheckRedLockExclusion(h), "redlock-exclusion", 0)
+	// ...not a restart of another server
+	h.Faults[0].Server = 3
+	expect(t, CheckRedLockExclusion(h), "redlock-exclusion", 1)
+	h.Faults[0].Server = 2
+	// ...nor when they share two servers (one of them kept the old grant)
+	h.Windows[1].Granted = []bool{true, true, true}
+	expect(t, CheckRedLockExclusion(h), "redlock-exclusion", 1)
+	h.Windows[1].Granted = []bool{false, true, true}
+	// ...nor when the old window outlived the restart by more than its lease
+	h.Windows[0].UnlockAt = 1300*ms(1) + h.Windows[0].Lease + s
+	h.Windows[1].UnlockAt = 10 * s
+	expect(t, CheckRedLockExclusion(h), "redlock-exclusion", 1)
+
+	// the minority: a partitioned user's grant is caught, its refusals not
+	h = hist()
+	h.Locks["RL"] = RedLockKind
+	h.Calls = []*Call{{ID: 1, Client: 4, Lock: "RL", Op: "TryLock", Start: s, End: 2 * s, CtxEnd: Never}}
+	expect(t, CheckRedLockMinority(h, 4), "redlock-minority", 0)
+	h.Calls[0].Acquired = true
+	expect(t, CheckRedLockMinority(h, 4), "redlock-minority", 1)
+	expect(t, CheckRedLockMinority(h, 3), "redlock-minority", 0)
+}

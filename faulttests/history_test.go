@@ -79,6 +79,7 @@ type Fault struct {
 	Client     int
 	Start, End time.Duration
 	Detail     string
+	Server     int // a RedLock test's fault on one of its servers: its number (1..3); 0: not one
 }
 
 func (f Fault) String() string {
@@ -156,6 +157,7 @@ type Window struct {
 	ValidUntil time.Duration // last ValidUntil sampled while held; Never: not available
 	Permits    int           // a semaphore hold's permits (0: a lock's hold)
 	Token      int64         // the acquisition's fencing token (0: none recorded)
+	Granted    []bool        // a RedLock hold's members that granted, per server (redlock_test.go)
 }
 
 // End is where the window ends, and by what.
