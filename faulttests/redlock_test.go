@@ -184,6 +184,26 @@ func (re *redlockEnv) sigstop(k int, dur time.Duration) {
 	re.e.H.EndFault(i)
 }
 
+// whileHeld waits (up to 3 s) until some user holds the RedLock, so that
+// the next fault hits a hold.
+func (re *redlockEnv) whileHeld() {
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		open := false
+		re.e.H.Update(func() {
+			for _, w := range re.e.H.Windows {
+				if w.UnlockAt == Never && w.DoneAt == Never {
+					open = true
+				}
+			}
+		})
+		if open {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // restart restarts server k empty.
 func (re *redlockEnv) restart(k int) {
 	i := re.e.H.AddFault(Fault{Kind: FRestart, Client: -1, Server: k + 1, Start: re.e.H.Now(), End: Never, Detail: fmt.Sprintf("(server %d, started empty)", k+1)})
@@ -246,7 +266,7 @@ func (re *redlockEnv) loop(u *rlUser, seed uint64, stop <-chan struct{}, final <
 		v := &rlView{u.rl, u.owner}
 		granted := u.rl.Granted()
 		tr := re.e.trackHeld(hd, v, c, lease, Window{Granted: granted}, final, watch)
-		hold := time.NewTimer(between(rng, 0, 500*time.Millisecond))
+		hold := time.NewTimer(between(rng, 0, time.Second))
 		select {
 		case <-hold.C:
 		case <-v.Done():
@@ -390,10 +410,12 @@ func TestRedLockFaults(t *testing.T) {
 				go func() { defer wg.Done(); re.loop(u, seed, stop, final, &watch) }()
 			}
 			time.Sleep(2 * time.Second)
-			re.sigstop(1, 3*time.Second) // (i)
+			re.whileHeld()
+			re.sigstop(1, 5*time.Second) // (i)
 			time.Sleep(3 * time.Second)
+			re.whileHeld()
 			re.restart(2) // (ii)
-			time.Sleep(6 * time.Second)
+			time.Sleep(5 * time.Second)
 			close(stop)
 			wg.Wait()
 			for _, u := range re.users {
