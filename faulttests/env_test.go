@@ -92,7 +92,7 @@ type Client struct {
 
 	hmu     sync.Mutex
 	handles []*Handle
-	sems    map[*semAttempt]bool // semaphore acquisitions in a call or held (sem_test.go)
+	sems    map[*semAttempt]bool   // semaphore acquisitions in a call or held (sem_test.go)
 	seats   map[*seatsAttempt]bool // seats acquisitions in a call or held (seats_test.go)
 }
 

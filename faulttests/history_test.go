@@ -109,10 +109,10 @@ type Call struct {
 	// CtxEnd is when the call's context ended, since Start: its deadline,
 	// or the moment it was cancelled if earlier. Never: no deadline.
 	CtxEnd   time.Duration
-	Acquired bool   // an acquisition that returned holding the lock; ForceUnlock: a lock was deleted
-	Err      string // "" when nil
-	Closed   bool   // the error matches fairlock.ErrClosed
-	Permits  int    // a semaphore acquisition's ask (0: a lock's call)
+	Acquired bool     // an acquisition that returned holding the lock; ForceUnlock: a lock was deleted
+	Err      string   // "" when nil
+	Closed   bool     // the error matches fairlock.ErrClosed
+	Permits  int      // a semaphore acquisition's ask (0: a lock's call)
 	Seats    []string // a seats call's seats (Lock is the venue)
 }
 

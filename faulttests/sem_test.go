@@ -450,25 +450,25 @@ func (e *Env) probe(pr SemProbe, key string, members []any) {
 	_, rdb := e.adminClient()
 	e.probes.Add(1)
 	go func() {
-			defer e.probes.Done()
-			time.Sleep(pr.Died + pr.Lease + DeadSlack - e.H.Now())
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				v, err := probeScript.Run(ctx, rdb, []string{key}, members...).Int64Slice()
-				cancel()
-				if err == nil && len(v) == 2 {
-					pr.At, pr.ServerNow, pr.LeaseEnd = e.H.Now(), v[0], v[1]
-					break
-				}
-				if time.Now().After(deadline) {
-					pr.At, pr.Err = e.H.Now(), fmt.Sprintf("read failed: %v %v", err, v)
-					break
-				}
-				time.Sleep(200 * time.Millisecond)
+		defer e.probes.Done()
+		time.Sleep(pr.Died + pr.Lease + DeadSlack - e.H.Now())
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			v, err := probeScript.Run(ctx, rdb, []string{key}, members...).Int64Slice()
+			cancel()
+			if err == nil && len(v) == 2 {
+				pr.At, pr.ServerNow, pr.LeaseEnd = e.H.Now(), v[0], v[1]
+				break
 			}
-			e.H.Update(func() { e.H.Probes = append(e.H.Probes, pr) })
-		}()
+			if time.Now().After(deadline) {
+				pr.At, pr.Err = e.H.Now(), fmt.Sprintf("read failed: %v %v", err, v)
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		e.H.Update(func() { e.H.Probes = append(e.H.Probes, pr) })
+	}()
 }
 
 // expirableLeftover: after every client closed, no permit of an
