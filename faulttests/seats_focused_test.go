@@ -25,6 +25,9 @@ import (
 //	order:     seats_acquire.lua grants a request that heads only the queue
 //	           of its first seat (propertytests' "grants when heading only
 //	           some of its queues")
+//	liveness:  seats_acquire.lua does not reclaim ended leases
+//	           (propertytests' "an ended lease is not reclaimed": a seat
+//	           whose holder let its lease run out stays taken)
 //	dead:      seats_renew.lua renews for five leases (a holder that dies
 //	           keeps its seats far past its lease)
 //
@@ -45,6 +48,7 @@ var seatsBroken = map[string]struct{ file, old, new string }{
 		"if (h and h ~= owner) then"},
 	"order": {wire.FileSeatsAcquire, "if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner) then",
 		"if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner and s == seats[1]) then"},
+	"liveness": {wire.FileSeatsAcquire, "ipairs(redis.call('zrangebyscore', S_LEASES, '-inf', S_NOW))", "ipairs({})"},
 	"dead": {wire.FileSeatsRenew, "redis.call('zadd', leases, now + lease, owner)", "redis.call('zadd', leases, now + 5 * lease, owner)"},
 }
 
@@ -200,6 +204,25 @@ var seatsScenarios = map[string]func(t *testing.T, e *Env, broken string) []Viol
 		_ = s.SeatsRelease(p, 5*time.Second)
 		return s.finish()
 	},
+	// a holds {1,2} with a 2 s lease and its client dies (so that nothing
+	// of a's client gives the seats back: only a script that reclaims the
+	// ended lease does); w asks for {2,3} meanwhile and must be granted
+	// within the bound (one faulty other client) of the lease's end
+	"liveness": func(t *testing.T, e *Env, broken string) []Violation {
+		s := e.Script()
+		ha := seatsClient(t, e, broken).Handle("V", SeatsVenue)
+		hw := seatsClient(t, e, broken).Handle("V", SeatsVenue)
+		a := s.SeatsAcquire(ha, -1, 2*time.Second, 5*time.Second, "1", "2")
+		if a == nil {
+			t.Fatal("a was not granted {1,2}")
+		}
+		e.Kill(ha.Client)
+		timeout := seatsLiveBound(1, nil) + 6*time.Second
+		if w := s.SeatsAcquire(hw, -1, 0, timeout, "3", "2"); w != nil {
+			_ = s.SeatsRelease(w, 5*time.Second)
+		}
+		return s.finish()
+	},
 	// a client holds {1,2} with the watchdog and dies: its seats must be
 	// back within its lease of the death (the probe a lease later)
 	"dead": func(t *testing.T, e *Env, broken string) []Violation {
@@ -223,7 +246,7 @@ var seatsScenarios = map[string]func(t *testing.T, e *Env, broken string) []Viol
 // violation) and with its broken variant (caught by its check).
 func TestSeatsScenarios(t *testing.T) {
 	t.Parallel()
-	want := map[string]string{"exclusion": "exclusion", "order": "seats-order", "dead": "seats-dead-holder"}
+	want := map[string]string{"exclusion": "exclusion", "order": "seats-order", "liveness": "seats-liveness", "dead": "seats-dead-holder"}
 	var wg sync.WaitGroup
 	for name, f := range seatsScenarios {
 		for _, broken := range []bool{false, true} {
