@@ -18,6 +18,7 @@ import (
 	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/reentrant"
+	"github.com/fairlock-go/fairlock/semaphore"
 )
 
 func TestMain(m *testing.M) { os.Exit(redistest.Main(m)) }
@@ -119,6 +120,26 @@ func BenchmarkFairScalableLockUnlock(b *testing.B) {
 		b.Fatal(err)
 	}
 	cycle(b, rt, m.Lock, m.Unlock)
+}
+
+// BenchmarkFairSemaphoreAcquireRelease is an uncontended Acquire(1)+Release
+// of this project's fair semaphore on a pool of 1 permit: the cycle issue 21
+// compares with the fair lock's (BenchmarkFairLockUnlock,
+// BenchmarkFairScalableLockUnlock).
+func BenchmarkFairSemaphoreAcquireRelease(b *testing.B) {
+	rdb, rt := client(b)
+	s, err := semaphore.NewFair(newFairlock(b, rdb), redistest.Prefix(b)+"sem")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.SetPermits(context.Background(), 1); err != nil {
+		b.Fatal(err)
+	}
+	var p *semaphore.Permit
+	cycle(b, rt, func(ctx context.Context) (err error) {
+		p, err = s.Acquire(ctx, 1, 0)
+		return err
+	}, func(ctx context.Context) error { return p.Release(ctx) })
 }
 
 // BenchmarkFloorEvalSha is one round trip of a trivial script.

@@ -46,6 +46,7 @@ func TestQuickRun(t *testing.T) {
 		runner.Floor1, runner.Floor2, runner.FloorPub, runner.FloorChain,
 		"Scenario 1", "Scenario 2", "Scenario 3", "Scenario 4: fair-queue drain", "Scenario 4: fair-lock handoff", "Scenario 5",
 		"Redis commands per handoff by command", "Targets, judged on this run", "Issue 14's targets, judged on this run",
+		"Issue 21: the fair semaphore", "Issue 21's benchmark targets, judged on this run",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -62,6 +63,18 @@ func TestQuickRun(t *testing.T) {
 	}
 	if n := res.Violations(); n != 0 {
 		t.Errorf("%d grants while another goroutine held the lock", n)
+	}
+	for _, name := range []string{runner.SemLockRedisson, runner.SemLockScalable, runner.SemFairPool1} {
+		// uncontended twice (ctx can end, cannot), the handoff with 1
+		// waiter, the work at 4 and 8 waiters and its commands by command
+		if n := strings.Count(md, "| "+name+" |"); n != 2+1+2+2 {
+			t.Errorf("%s has %d table rows, want 7", name, n)
+		}
+	}
+	// every target of issue 21 judged: 4 uncontended ratios, 2 handoff
+	// ratios (k = 1), 3 growth ratios
+	if n := len(res.SemTargets()); n != 9 {
+		t.Errorf("issue 21: %d targets judged, want 9", n)
 	}
 	for _, l := range runner.Libs() {
 		if !l.Fair {
@@ -117,6 +130,7 @@ func TestBadConfig(t *testing.T) {
 	for _, c := range []runner.Config{
 		{Rounds: 0},
 		{Rounds: 1, Sizes: []int{10, 0}},
+		{Rounds: 1, SemSizes: []int{0}},
 		{Rounds: 1, Only: []string{"nosuch"}},
 		{Rounds: 1, Libs: []string{"nosuch"}},
 		{Rounds: 1, Redis: "127.0.0.1:1"}, // nothing listens there

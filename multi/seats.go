@@ -2,10 +2,10 @@ package multi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fairlock-go/fairlock"
@@ -13,19 +13,33 @@ import (
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
-// Seats is a handle on a set of seats of one venue, held all at once and
-// fairly (docs/design.md, "The fair multi-seat hold"). An acquisition joins
-// the queue of every seat in one script, so all queues see requests in one
-// total order, and it is granted all the seats at once when it heads every
-// queue it is in and every seat is free: for each seat, requests naming it
-// are granted in arrival order, and two requests naming the same seats in
-// opposite orders cannot deadlock.
+// Seats is a handle on a set of seats held all at once (docs/design.md,
+// "The fair multi-seat hold"). It works in one of two modes, fixed by the
+// names given to NewSeats (Mode tells which):
 //
-// The names must share one hash tag (the venue: "{venue}:12A",
-// "{venue}:12B"), so that every key is in one cluster slot. Each Acquire is
-// one hold with a fresh owner; holds have the fair lock's promises (wake-up
-// channel per waiter, head grace, latches, a lease on the server's clock,
-// watchdog renewal, Done/Err/ValidUntil, a fencing token).
+// OneVenue, when every name carries the same hash tag (the venue:
+// "{venue}:12A", "{venue}:12B"), so that every key is in one cluster slot:
+// an acquisition joins the queue of every seat in one script, so all
+// queues see requests in one total order, and it is granted all the seats
+// at once when it heads every queue it is in and every seat is free. For
+// each seat, requests naming it are granted in arrival order, and two
+// requests naming the same seats in any orders cannot deadlock.
+//
+// AcrossVenues, when the names do not share one hash tag: the seats are
+// grouped by venue, and an acquisition takes the venues' groups one after
+// another in one canonical order (by the venue's cluster slot, then its
+// name) as a MultiLock of OneVenue holds, giving back what it took when it
+// does not get everything. Still all or nothing and without deadlock, and
+// a seat is the same seat whichever mode names it; but there is no one
+// total order across venues: a request joins a later venue's queues only
+// once it holds its earlier venues' seats, so it holds those while it waits
+// (docs/design.md, "Across venues: the fallback", says exactly what is
+// weaker).
+//
+// Each acquisition is one hold with a fresh owner; holds have the fair
+// lock's promises (wake-up channel per waiter, head grace, latches, a
+// lease on the server's clock, watchdog renewal, Done/Err/ValidUntil, a
+// fencing token per venue).
 //
 // A seat is not a lock: a fair or reentrant lock on a seat's name does not
 // exclude the seat (an acquisition refuses a seat whose name is a held
@@ -35,17 +49,37 @@ import (
 // nobody). On a zero Seats every call returns an error matching
 // fairlock.ErrInvalidValue.
 type Seats struct {
-	s     *core.Session
-	names []string
-	k     wire.SeatsKeys
+	s      *core.Session
+	names  []string
+	k      wire.SeatsKeys // OneVenue: the venue's keys
+	venues []*Seats       // AcrossVenues: one OneVenue handle per venue
+}
+
+// SeatsMode is how a Seats takes its seats (see Seats).
+type SeatsMode int
+
+const (
+	// OneVenue: every name shares one hash tag; one script joins every
+	// queue, and all of them see requests in one total order.
+	OneVenue SeatsMode = iota + 1
+	// AcrossVenues: the names span several venues (hash tags); each
+	// venue's seats are one OneVenue hold, taken venue after venue in the
+	// canonical order, as a MultiLock.
+	AcrossVenues
+)
+
+func (m SeatsMode) String() string {
+	switch m {
+	case OneVenue:
+		return "one venue"
+	case AcrossVenues:
+		return "across venues"
+	}
+	return fmt.Sprintf("SeatsMode(%d)", int(m))
 }
 
 // The refusals of the multi-seat hold, matched with errors.Is.
 var (
-	// ErrSeatsCrossSlot: the names are not all in one cluster slot.
-	ErrSeatsCrossSlot = errors.New("fairlock: seats: the names are in different cluster slots (give them one hash tag: {venue}:12A)")
-	// ErrSeatsVenue: the names are in one slot but do not share one hash tag.
-	ErrSeatsVenue = errors.New("fairlock: seats: the names do not share one hash tag (the venue)")
 	// ErrSeatsMixed: a seat's name is also the name of a held lock.
 	ErrSeatsMixed = wire.ErrSeatsMixed
 )
@@ -54,10 +88,13 @@ var (
 // seats have no grace-off mode (it exists for Redisson's Java clients).
 const defaultSeatsGrace = 5000
 
-// NewSeats returns a handle on the seats named (1 to 64 distinct names
-// sharing one hash tag). Names are validated as lock names; names in
-// different slots are refused with ErrSeatsCrossSlot, names in one slot
-// with different tags with ErrSeatsVenue. The order given does not matter.
+// NewSeats returns a handle on the seats named: 1 to 64 distinct names, in
+// any order. Names are validated as lock names. Names sharing one hash tag
+// make a OneVenue handle; names that do not (different tags, or names
+// without a tag, each its own venue) make an AcrossVenues handle, whose
+// guarantees are weaker (see Seats and Mode). It refuses, with an error
+// matching fairlock.ErrInvalidValue, a nil client, no names, too many and a
+// name given twice; fairlock.ErrInvalidName for a bad name.
 func NewSeats(c *fairlock.Client, names ...string) (*Seats, error) {
 	s := core.Of(c)
 	if s == nil {
@@ -68,6 +105,8 @@ func NewSeats(c *fairlock.Client, names ...string) (*Seats, error) {
 	}
 	sorted := slices.Clone(names)
 	slices.Sort(sorted)
+	byVenue := map[string][]string{}
+	var venues []string
 	for i, n := range sorted {
 		if err := wire.ValidateName(n); err != nil {
 			return nil, err
@@ -75,15 +114,34 @@ func NewSeats(c *fairlock.Client, names ...string) (*Seats, error) {
 		if i > 0 && n == sorted[i-1] {
 			return nil, fmt.Errorf("%w: seat %q named twice", fairlock.ErrInvalidValue, n)
 		}
-		if core.Slot(n) != core.Slot(sorted[0]) {
-			return nil, fmt.Errorf("%w: %q (slot %d) and %q (slot %d)", ErrSeatsCrossSlot, sorted[0], core.Slot(sorted[0]), n, core.Slot(n))
+		v := wire.Venue(n)
+		if _, ok := byVenue[v]; !ok {
+			venues = append(venues, v)
 		}
-		if wire.Venue(n) != wire.Venue(sorted[0]) {
-			return nil, fmt.Errorf("%w: %q and %q", ErrSeatsVenue, sorted[0], n)
-		}
+		byVenue[v] = append(byVenue[v], n)
 	}
 	s.RegisterKind(core.KindSeats, renewSeats)
-	return &Seats{s: s, names: sorted, k: wire.SeatsKeysFor(wire.Venue(sorted[0]))}, nil
+	if len(venues) == 1 {
+		return &Seats{s: s, names: sorted, k: wire.SeatsKeysFor(venues[0])}, nil
+	}
+	h := &Seats{s: s, names: sorted}
+	for _, v := range venues {
+		h.venues = append(h.venues, &Seats{s: s, names: byVenue[v], k: wire.SeatsKeysFor(v)})
+	}
+	return h, nil
+}
+
+// Mode says how the seats are taken: OneVenue (one script, one total order
+// over every queue) or AcrossVenues (the canonical-order fallback). Zero
+// on a zero Seats.
+func (h *Seats) Mode() SeatsMode {
+	switch {
+	case h == nil || h.s == nil:
+		return 0
+	case h.venues != nil:
+		return AcrossVenues
+	}
+	return OneVenue
 }
 
 // A hold's watchdog entry is named by its venue's holds hash; the renewal
@@ -98,7 +156,7 @@ func renewSeats(ctx context.Context, s *core.Session, names, owners []string, le
 	for i, n := range names {
 		ks[i] = wire.SeatsKeys{Holds: n, Leases: seatsLeasePrefix + strings.TrimPrefix(n, seatsHoldsPrefix)}
 	}
-	return wire.SeatsDefault().RenewEach(ctx, s.RDB, ks, owners, leaseMs)
+	return s.SeatsScripts().RenewEach(ctx, s.RDB, ks, owners, leaseMs)
 }
 
 // Names are the seats, sorted.
@@ -144,6 +202,9 @@ func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration) (*SeatHo
 	if lease < 0 {
 		return nil, fmt.Errorf("%w: lease %v", fairlock.ErrInvalidValue, lease)
 	}
+	if h.venues != nil {
+		return h.acquireAcross(ctx, wait, lease)
+	}
 	owner := wire.Owner(h.s.ID, h.s.NewThreadID())
 	queue := wait != 0
 	e := &seatsEngine{s: h.s, k: h.k, seats: h.names}
@@ -159,13 +220,207 @@ func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration) (*SeatHo
 	return &SeatHold{m: m, token: token, names: h.names}, nil
 }
 
+// acquireAcross is an AcrossVenues acquisition: a MultiLock over one
+// OneVenue hold per venue, taken in the canonical order (the venue's slot,
+// then its holds key, which names the venue), with the MultiLock's rollback
+// and restart rules.
+func (h *Seats) acquireAcross(ctx context.Context, wait, lease time.Duration) (*SeatHold, error) {
+	if lease > 0 && lease < core.MinLease {
+		return nil, fmt.Errorf("%w: lease %v is under %v", fairlock.ErrInvalidValue, lease, core.MinLease)
+	}
+	vms := make([]*venueMember, len(h.venues))
+	members := make([]Member, len(h.venues))
+	for i, v := range h.venues {
+		vms[i] = &venueMember{v: v}
+		members[i] = vms[i]
+	}
+	l, err := New(members...)
+	if err != nil {
+		return nil, err
+	}
+	var ok bool
+	switch {
+	case wait == core.Forever && lease == 0:
+		ok, err = true, l.Lock(ctx)
+	case wait == core.Forever:
+		ok, err = true, l.LockWithLease(ctx, lease)
+	default:
+		ok, err = l.TryLockFor(ctx, wait, lease)
+	}
+	if err != nil || !ok {
+		return nil, err
+	}
+	byName := make(map[string]int64, len(h.names))
+	for i, t := range l.Tokens() { // New's order: h.venues
+		for _, n := range h.venues[i].names {
+			byName[n] = t
+		}
+	}
+	a := &acrossHold{l: l, tokens: make([]int64, len(h.names))}
+	for i, n := range h.names {
+		a.tokens[i] = byName[n]
+	}
+	// A venue's hold lost (its lease ran out, Close): the MultiLock keeps
+	// the others until Unlock; the SeatHold gives them back at once, as a
+	// OneVenue hold loses all its seats at once.
+	go func() {
+		<-l.Done()
+		if l.Err() != nil {
+			_ = a.release(cleanupCtx(context.WithoutCancel(ctx)))
+		}
+	}()
+	return &SeatHold{across: a, names: h.names}, nil
+}
+
+// venueMember is one venue's seats as a MultiLock member (with tokens): each
+// acquisition is a new OneVenue hold, the member's calls are its current
+// (or last) hold's.
+type venueMember struct {
+	v  *Seats
+	mu sync.Mutex
+	h  *SeatHold
+}
+
+func (m *venueMember) Name() string { return m.v.k.Holds }
+
+func (m *venueMember) Owner() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.h != nil {
+		return m.h.m.Owner
+	}
+	return m.v.s.ID
+}
+
+func (m *venueMember) hold() *SeatHold {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.h
+}
+
+func (m *venueMember) get(ctx context.Context, wait, lease time.Duration) (int64, bool, error) {
+	h, err := m.v.acquire(ctx, wait, lease)
+	if h == nil {
+		return 0, false, err
+	}
+	m.mu.Lock()
+	m.h = h
+	m.mu.Unlock()
+	return h.token, true, err
+}
+
+func (m *venueMember) Lock(ctx context.Context) error {
+	_, _, err := m.get(ctx, core.Forever, 0)
+	return err
+}
+
+func (m *venueMember) LockWithLease(ctx context.Context, lease time.Duration) error {
+	_, _, err := m.get(ctx, core.Forever, lease)
+	return err
+}
+
+func (m *venueMember) TryLock(ctx context.Context) (bool, error) {
+	_, ok, err := m.get(ctx, 0, 0)
+	return ok, err
+}
+
+func (m *venueMember) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	_, ok, err := m.get(ctx, wait, lease)
+	return ok, err
+}
+
+func (m *venueMember) LockAndGetToken(ctx context.Context) (int64, error) {
+	t, _, err := m.get(ctx, core.Forever, 0)
+	return t, err
+}
+
+func (m *venueMember) LockAndGetTokenWithLease(ctx context.Context, lease time.Duration) (int64, error) {
+	t, _, err := m.get(ctx, core.Forever, lease)
+	return t, err
+}
+
+func (m *venueMember) TryLockAndGetToken(ctx context.Context, wait, lease time.Duration) (int64, bool, error) {
+	return m.get(ctx, wait, lease)
+}
+
+func (m *venueMember) Token(context.Context) (int64, error) {
+	if h := m.hold(); h != nil {
+		return h.token, nil
+	}
+	return 0, fmt.Errorf("%w: seats: no hold", fairlock.ErrNotHeld)
+}
+
+func (m *venueMember) Unlock(ctx context.Context) error {
+	h := m.hold()
+	if h == nil {
+		return fmt.Errorf("%w: seats: no hold", fairlock.ErrNotHeld)
+	}
+	return h.Release(ctx)
+}
+
+func (m *venueMember) IsHeld(context.Context) (bool, error) {
+	h := m.hold()
+	if h == nil {
+		return false, nil
+	}
+	select {
+	case <-h.Done():
+		return false, nil
+	default:
+		return true, nil
+	}
+}
+
+func (m *venueMember) Done() <-chan struct{} {
+	if h := m.hold(); h != nil {
+		return h.Done()
+	}
+	return closedChan
+}
+
+func (m *venueMember) Err() error {
+	if h := m.hold(); h != nil {
+		return h.Err()
+	}
+	return nil
+}
+
+func (m *venueMember) ValidUntil() time.Time {
+	if h := m.hold(); h != nil {
+		return h.ValidUntil()
+	}
+	return time.Time{}
+}
+
 // SeatHold is one grant of a set of seats, held until Release, the end of
 // its lease (an explicit lease, or the watchdog's when renewals fail), or
 // Close. Its methods are safe for concurrent use.
 type SeatHold struct {
-	m     *core.Mutex
-	token int64
-	names []string
+	m      *core.Mutex // OneVenue
+	token  int64       // OneVenue
+	names  []string
+	across *acrossHold // AcrossVenues
+}
+
+// acrossHold is an AcrossVenues grant: a MultiLock of OneVenue holds.
+type acrossHold struct {
+	l      *MultiLock
+	tokens []int64 // per name, sorted names' order
+	once   sync.Once
+	err    error
+}
+
+// release unlocks the MultiLock once; later calls report ErrNotHeld.
+func (a *acrossHold) release(ctx context.Context) error {
+	first := false
+	a.once.Do(func() {
+		first = true
+		a.err = a.l.Unlock(ctx)
+	})
+	if !first {
+		return fmt.Errorf("%w: seats: the hold has ended", fairlock.ErrNotHeld)
+	}
+	return a.err
 }
 
 // Names are the seats held, sorted.
@@ -173,22 +428,67 @@ func (p *SeatHold) Names() []string { return slices.Clone(p.names) }
 
 // Token is the grant's fencing token: the venue's counter, INCRed by every
 // grant, so for each seat its holders' tokens increase (use with fence).
-func (p *SeatHold) Token() int64 { return p.token }
+// Across venues there is no one counter: Token is 0, and Tokens gives each
+// seat its venue's token.
+func (p *SeatHold) Token() int64 {
+	if p.across != nil {
+		return 0
+	}
+	return p.token
+}
+
+// Tokens gives, for each seat in Names' order, the fencing token of its
+// venue's grant (OneVenue: the same token for every seat). For each seat,
+// its holders' tokens increase.
+func (p *SeatHold) Tokens() []int64 {
+	if p.across != nil {
+		return slices.Clone(p.across.tokens)
+	}
+	out := make([]int64, len(p.names))
+	for i := range out {
+		out[i] = p.token
+	}
+	return out
+}
 
 // Release gives every seat back (latched: a retry counts once). It returns
-// an error matching fairlock.ErrNotHeld when the hold had already ended.
-func (p *SeatHold) Release(ctx context.Context) error { return p.m.Unlock(ctx) }
+// an error matching fairlock.ErrNotHeld when the hold had already ended
+// (across venues: when a venue's hold had ended, after giving back the
+// others).
+func (p *SeatHold) Release(ctx context.Context) error {
+	if p.across != nil {
+		return p.across.release(ctx)
+	}
+	return p.m.Unlock(ctx)
+}
 
-// Done is closed when the hold ends.
-func (p *SeatHold) Done() <-chan struct{} { return p.m.Done() }
+// Done is closed when the hold ends (across venues: when any venue's hold
+// ends; the other venues' seats are then given back at once).
+func (p *SeatHold) Done() <-chan struct{} {
+	if p.across != nil {
+		return p.across.l.Done()
+	}
+	return p.m.Done()
+}
 
 // Err is nil while the hold lasts or after Release; it matches
-// fairlock.ErrLost when the hold was lost, fairlock.ErrClosed after Close.
-func (p *SeatHold) Err() error { return p.m.Err() }
+// fairlock.ErrLost when the hold was lost, fairlock.ErrClosed after Close
+// (across venues: a *MemberError naming the venue's holds key).
+func (p *SeatHold) Err() error {
+	if p.across != nil {
+		return p.across.l.Err()
+	}
+	return p.m.Err()
+}
 
 // ValidUntil is the local instant until which the hold is valid (zero once
-// it ended).
-func (p *SeatHold) ValidUntil() time.Time { return p.m.ValidUntil() }
+// it ended; across venues, the earliest venue's).
+func (p *SeatHold) ValidUntil() time.Time {
+	if p.across != nil {
+		return p.across.l.ValidUntil()
+	}
+	return p.m.ValidUntil()
+}
 
 // seatsEngine runs the seats scripts for one acquisition (core.Engine and
 // core.Voider). Its holds are fields of the venue's holds hash, the hold's
@@ -211,7 +511,7 @@ func (e *seatsEngine) args(a wire.Args) wire.SeatsArgs {
 func (e *seatsEngine) Try(ctx context.Context, a wire.Args, queue bool) (bool, int64, error) {
 	sa := e.args(a)
 	sa.Queue = queue
-	r, err := wire.SeatsDefault().Acquire(ctx, e.s.RDB, e.k, sa)
+	r, err := e.s.SeatsScripts().Acquire(ctx, e.s.RDB, e.k, sa)
 	if err != nil {
 		return false, 0, err
 	}
@@ -222,14 +522,14 @@ func (e *seatsEngine) Try(ctx context.Context, a wire.Args, queue bool) (bool, i
 }
 
 func (e *seatsEngine) GiveUp(ctx context.Context, a wire.Args) error {
-	_, err := wire.SeatsDefault().Leave(ctx, e.s.RDB, e.k, e.args(a))
+	_, err := e.s.SeatsScripts().Leave(ctx, e.s.RDB, e.k, e.args(a))
 	return err
 }
 
 func (e *seatsEngine) Unlock(ctx context.Context, a wire.Args) (wire.UnlockResult, error) {
 	sa := e.args(a)
 	sa.ReleaseID = a.RequestID
-	ok, err := wire.SeatsDefault().Release(ctx, e.s.RDB, e.k, sa)
+	ok, err := e.s.SeatsScripts().Release(ctx, e.s.RDB, e.k, sa)
 	if ok {
 		return wire.Released, err
 	}
@@ -249,6 +549,6 @@ func (e *seatsEngine) WakeChannel(owner string) string { return e.k.WaiterChanne
 // Abandon voids the request (seats_abandon.lua), which gives back seats a
 // copy of it was granted: nothing is left for the caller to release.
 func (e *seatsEngine) Abandon(ctx context.Context, a wire.Args) (bool, error) {
-	_, err := wire.SeatsDefault().Abandon(ctx, e.s.RDB, e.k, e.args(a))
+	_, err := e.s.SeatsScripts().Abandon(ctx, e.s.RDB, e.k, e.args(a))
 	return false, err
 }

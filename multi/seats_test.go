@@ -301,20 +301,33 @@ func TestSeatsRefusals(t *testing.T) {
 		ctx := context.Background()
 		v := newVenue(t, b)
 		c := v.client()
-		_, err := multi.NewSeats(c, "{a}:1", "{b}:1")
-		assert.ErrorIs(t, err, multi.ErrSeatsCrossSlot)
-		_, err = multi.NewSeats(c, "a", "b")
-		assert.ErrorIs(t, err, multi.ErrSeatsCrossSlot)
-		// two tags in one slot: one slot, but not one venue
+		// Names of different venues are not refused: they fall back.
+		for _, set := range [][]string{{"{a}:1", "{b}:1"}, {"a", "b"}} {
+			s, err := multi.NewSeats(c, set...)
+			require.NoError(t, err)
+			assert.Equal(t, multi.AcrossVenues, s.Mode())
+		}
+		s, err := multi.NewSeats(c, v.seat("B"), v.seat("A"))
+		require.NoError(t, err)
+		assert.Equal(t, multi.OneVenue, s.Mode())
+		assert.Equal(t, []string{v.seat("A"), v.seat("B")}, s.Names())
+		s, err = multi.NewSeats(c, "a")
+		require.NoError(t, err)
+		assert.Equal(t, multi.OneVenue, s.Mode(), "a name without a tag is its own venue")
+		assert.Zero(t, (&multi.Seats{}).Mode())
+		// two tags in one slot: one slot, but two venues
 		other := ""
 		for i := 0; other == ""; i++ {
 			if tag := fmt.Sprintf("x%d", i); core.Slot("{"+tag+"}") == core.Slot(v.seat("A")) {
 				other = "{" + tag + "}:A"
 			}
 		}
-		_, err = multi.NewSeats(c, v.seat("A"), other)
-		assert.ErrorIs(t, err, multi.ErrSeatsVenue)
+		s, err = multi.NewSeats(c, v.seat("A"), other)
+		require.NoError(t, err)
+		assert.Equal(t, multi.AcrossVenues, s.Mode())
 		_, err = multi.NewSeats(c, v.seat("A"), v.seat("A"))
+		assert.ErrorIs(t, err, fairlock.ErrInvalidValue)
+		_, err = multi.NewSeats(c, "{a}:1", "{b}:1", "{a}:1")
 		assert.ErrorIs(t, err, fairlock.ErrInvalidValue)
 		_, err = multi.NewSeats(c)
 		assert.ErrorIs(t, err, fairlock.ErrInvalidValue)

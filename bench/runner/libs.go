@@ -53,6 +53,10 @@ type env struct {
 	addr   string
 	prefix string   // every key this run touches starts with it (or carries it in a {tag})
 	cmds   *counter // client-side command counter (round trips)
+	// plain: go-redis clients with default options (no
+	// ContextTimeoutEnabled), as most users build them (issue 23); the
+	// semaphore scenario's clients.
+	plain bool
 }
 
 // counter counts the commands sent by the go-redis and rueidis clients of a
@@ -142,8 +146,8 @@ func (e *env) goredis() *redis.Client {
 	// socket itself (off by default), for every library alike. fairlock's
 	// locks then run a call whose context has a deadline on the caller's
 	// goroutine instead of a goroutine of its own (README, "Every call
-	// returns as soon as its ctx ends").
-	rdb := redis.NewClient(&redis.Options{Addr: e.addr, ContextTimeoutEnabled: true})
+	// returns as soon as its ctx ends"). Not when e.plain.
+	rdb := redis.NewClient(&redis.Options{Addr: e.addr, ContextTimeoutEnabled: !e.plain})
 	rdb.AddHook(e.cmds)
 	return rdb
 }

@@ -151,6 +151,7 @@ func (r *Results) Markdown(w io.Writer) {
 		}
 		p("\n")
 	}
+	r.semMarkdown(w)
 	r.issue14(w)
 	r.targets(w)
 	p("### Library configurations\n\n")

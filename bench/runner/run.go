@@ -5,7 +5,9 @@
 // in chunks of 50 per library, round-robin within each round, after a
 // warm-up; the contention scenario runs in turns of every library, with the
 // handoff chain floor measured between the turns; the other scenarios run
-// every library once per round.
+// every library once per round. The semaphore scenario (issue 21) compares
+// the fair semaphore with the fair lock's engines on clients with default
+// go-redis options (semaphore.go).
 package runner
 
 import (
@@ -33,10 +35,11 @@ const (
 	ScDrain       = "drain"       // scenario 4: fair-queue drain
 	ScFairHandoff = "fairhandoff" // scenario 4: fair handoff latency with k waiters (issue 3)
 	ScCPU         = "cpu"         // scenario 5: Redis CPU per handoff
+	ScSemaphore   = "semaphore"   // issue 21: the fair semaphore against the fair lock
 )
 
 // Scenarios lists every scenario in run order.
-var Scenarios = []string{ScFloor, ScUncontended, ScContention, ScFairness, ScDrain, ScFairHandoff, ScCPU}
+var Scenarios = []string{ScFloor, ScUncontended, ScContention, ScFairness, ScDrain, ScFairHandoff, ScCPU, ScSemaphore}
 
 // Config is one run of the runner.
 type Config struct {
@@ -46,6 +49,7 @@ type Config struct {
 	// drain takes minutes); 0: Rounds.
 	DrainRounds int
 	Sizes       []int    // drain sizes
+	SemSizes    []int    // queue sizes of the semaphore scenario's Redis work per grant
 	Quick       bool     // tiny sizes: a smoke run of a few seconds
 	Only        []string // scenarios to run; empty: all
 	Libs        []string // libraries to run (by name); empty: all
@@ -69,17 +73,39 @@ type params struct {
 	contChunks   int // passes of the contention scenario per round
 	chainChunk   int // chain floor samples before each library's contention turn
 	drainTimeout time.Duration
+
+	// the semaphore scenario
+	semCycles   int           // uncontended cycles per participant per round
+	semWarmup   int           // unmeasured cycles before them
+	semK        []int         // waiters at each handoff
+	semHandoffN int           // measured handoffs per participant per round and k
+	semChunks   int           // turns per round they are split into
+	semSizes    []int         // queue sizes for the Redis work per grant
+	semIdle     time.Duration // idle measurement before each drain
+	semSettle   time.Duration // settling of the queue before each drain
 }
 
 func (c Config) params() params {
 	if c.Quick {
 		return params{cycles: 30, warmup: 20, floorN: 30, duration: 150 * time.Millisecond, fairN: 6, arrivalGap: 5 * time.Millisecond,
 			handoffK: []int{1, 3}, handoffN: 20, cpuWaiters: 8, cpuHold: time.Millisecond,
-			contClients: 2, contPerCl: 2, contChunks: 2, chainChunk: 10, drainTimeout: 60 * time.Second}
+			contClients: 2, contPerCl: 2, contChunks: 2, chainChunk: 10, drainTimeout: 60 * time.Second,
+			semCycles: 30, semWarmup: 10, semK: []int{1}, semHandoffN: 20, semChunks: 2, semSizes: pick(c.SemSizes, 4, 8),
+			semIdle: 100 * time.Millisecond, semSettle: 50 * time.Millisecond}
 	}
 	return params{cycles: 2000, warmup: 100, floorN: 2000, duration: 3 * time.Second, fairN: 32, arrivalGap: 5 * time.Millisecond,
 		handoffK: []int{1, 10, 100}, handoffN: 500, cpuWaiters: 100, cpuHold: time.Millisecond,
-		contClients: 4, contPerCl: 8, contChunks: 6, chainChunk: 50, drainTimeout: 20 * time.Minute}
+		contClients: 4, contPerCl: 8, contChunks: 6, chainChunk: 50, drainTimeout: 20 * time.Minute,
+		semCycles: 1000, semWarmup: 100, semK: []int{1, 10}, semHandoffN: 600, semChunks: 3, semSizes: pick(c.SemSizes, 10, 100, 1000),
+		semIdle: 300 * time.Millisecond, semSettle: 200 * time.Millisecond}
+}
+
+// pick is sizes, or def when sizes is empty.
+func pick(sizes []int, def ...int) []int {
+	if len(sizes) > 0 {
+		return sizes
+	}
+	return def
 }
 
 // Results holds every figure of a run, per scenario and library.
@@ -97,6 +123,7 @@ type Results struct {
 	Drain       map[sizeKey]*drainRow
 	FairHandoff map[sizeKey]*contRow
 	CPU         map[string]*cpuRow
+	Sem         *semResults // the semaphore scenario (nil when it did not run)
 	Errors      []string
 	// RueidisRetries counts rueidislock waits cancelled and retried after
 	// rueidisWait without a wake-up (see rdlMutex.lock).
@@ -149,6 +176,11 @@ func (c Config) Validate() error {
 	for _, s := range c.Sizes {
 		if s < 1 {
 			return fmt.Errorf("drain size must be at least 1, got %d", s)
+		}
+	}
+	for _, s := range c.SemSizes {
+		if s < 1 {
+			return fmt.Errorf("semaphore queue size must be at least 1, got %d", s)
 		}
 	}
 	for _, o := range c.Only {
@@ -277,6 +309,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		{ScDrain, func(round int) { r.runDrain(ctx, e, t, round) }},
 		{ScFairHandoff, func(int) { r.runFairHandoff(ctx, e) }},
 		{ScCPU, func(round int) { r.runCPU(ctx, e, t, round) }},
+		{ScSemaphore, func(round int) { r.runSemaphore(ctx, e, t, round) }},
 	}
 	for _, s := range steps {
 		if !cfg.wants(s.name) {
@@ -324,6 +357,14 @@ func (r *Results) Violations() int {
 	}
 	for _, c := range r.CPU {
 		n += c.violations
+	}
+	if r.Sem != nil {
+		for _, c := range r.Sem.handoff {
+			n += c.violations
+		}
+		for _, w := range r.Sem.work {
+			n += w.violations
+		}
 	}
 	return n
 }

@@ -139,48 +139,7 @@ func (r *Results) runUncontended(ctx context.Context, e *env, t *target, withFlo
 		}
 		r.fail(sc, c.name, err)
 	}
-	for _, c := range cs {
-		for range r.P.warmup {
-			if err := c.cycle(ctxOf(c)); err != nil {
-				fail(c, fmt.Errorf("warm-up: %w", err))
-				break
-			}
-		}
-		c.lat = make([]time.Duration, 0, r.P.cycles)
-	}
-	runtime.GC()
-	chunk := min(uncontendedChunk, r.P.cycles)
-	var ms runtime.MemStats
-	for pass := 0; ; pass++ {
-		active := false
-		for i := range cs {
-			c := cs[(i+pass)%len(cs)]
-			if failed[c] || len(c.lat) >= r.P.cycles {
-				continue
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			active = true
-			n := min(chunk, r.P.cycles-len(c.lat))
-			runtime.ReadMemStats(&ms)
-			m0, c0 := ms.Mallocs, e.cmds.n.Load()
-			for range n {
-				t0 := time.Now()
-				if err := c.cycle(ctxOf(c)); err != nil {
-					fail(c, err)
-					break
-				}
-				c.lat = append(c.lat, time.Since(t0))
-			}
-			runtime.ReadMemStats(&ms)
-			c.allocs += ms.Mallocs - m0
-			c.cmds += e.cmds.n.Load() - c0
-		}
-		if !active {
-			break
-		}
-	}
+	rotateCyclers(ctx, e, cs, r.P.warmup, r.P.cycles, ctxOf, failed, fail)
 	for _, c := range cs {
 		if failed[c] || len(c.lat) == 0 {
 			continue
@@ -202,5 +161,58 @@ func (r *Results) runUncontended(ctx context.Context, e *env, t *target, withFlo
 			continue
 		}
 		ur.server.add(st)
+	}
+}
+
+// rotateCyclers runs the uncontended rotation over cs: every participant
+// first runs warmup cycles (not measured); then they take turns,
+// uncontendedChunk cycles each, round-robin (the first of each pass
+// rotating), until each has run cycles. It records every cycle's latency
+// in c.lat, and the allocations and client-side commands of the measured
+// chunks in c.allocs and c.cmds. A participant whose cycle fails is marked
+// in failed (through fail) and skipped from then on.
+func rotateCyclers(ctx context.Context, e *env, cs []*cycler, warmup, cycles int, ctxOf func(*cycler) context.Context,
+	failed map[*cycler]bool, fail func(*cycler, error)) {
+	for _, c := range cs {
+		for range warmup {
+			if err := c.cycle(ctxOf(c)); err != nil {
+				fail(c, fmt.Errorf("warm-up: %w", err))
+				break
+			}
+		}
+		c.lat = make([]time.Duration, 0, cycles)
+	}
+	runtime.GC()
+	chunk := min(uncontendedChunk, cycles)
+	var ms runtime.MemStats
+	for pass := 0; ; pass++ {
+		active := false
+		for i := range cs {
+			c := cs[(i+pass)%len(cs)]
+			if failed[c] || len(c.lat) >= cycles {
+				continue
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			active = true
+			n := min(chunk, cycles-len(c.lat))
+			runtime.ReadMemStats(&ms)
+			m0, c0 := ms.Mallocs, e.cmds.n.Load()
+			for range n {
+				t0 := time.Now()
+				if err := c.cycle(ctxOf(c)); err != nil {
+					fail(c, err)
+					break
+				}
+				c.lat = append(c.lat, time.Since(t0))
+			}
+			runtime.ReadMemStats(&ms)
+			c.allocs += ms.Mallocs - m0
+			c.cmds += e.cmds.n.Load() - c0
+		}
+		if !active {
+			break
+		}
 	}
 }

@@ -173,6 +173,33 @@ func TestDemoCommand(t *testing.T) {
 	})
 }
 
+// TestDemoMultiCommand runs demo --multi with the three kinds on the
+// embedded Redis and reads the table.
+func TestDemoMultiCommand(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"demo", "--multi", "4", "--lock", "all", "--clients", "2", "--goroutines", "3",
+		"--seats", "30", "--hold", "1ms", "--give-up", "500ms"}, &out, &errb)
+	require.Equal(t, 0, code, "stderr: %s", errb.String())
+	assert.Empty(t, errb.String())
+	s := out.String()
+	t.Log("\n" + s)
+	for _, k := range []string{"seats", "multilock", "naive"} {
+		assert.Regexp(t, `(?m)^`+k+` +\[#+\] +30/30 seats .* done$`, s)
+	}
+	assert.Regexp(t, `(?m)^ +seats +multilock +naive$`, s)
+	assert.Regexp(t, `(?m)^seats booked +30 +30 +30$`, s)
+	assert.Regexp(t, `(?m)^double bookings +0 +0 +0$`, s)
+	// (--give-up is short for the naive kind's sake: on a loaded machine
+	// a fair wait may outlast it too; TestMultiMode checks for deadlocks
+	// with a minute.)
+	assert.Regexp(t, `(?m)^deadlocks/timeouts \(gave up\) +\d+ +\d+ +\d+$`, s)
+	assert.Regexp(t, `(?m)^per-seat inversions \(pairs\) +0/\d+ +\d+/\d+ +\d+/\d+$`, s)
+	assert.Regexp(t, `(?m)^lock keys left behind +0 +0 +0$`, s)
+	for _, line := range strings.Split(s, "\n") {
+		assert.LessOrEqual(t, len([]rune(line)), 100, "line too wide: %q", line)
+	}
+}
+
 // TestDemoCancel ends a run with its context (as Ctrl-C does) and checks
 // that nothing is left held or queued.
 func TestDemoCancel(t *testing.T) {
@@ -513,6 +540,10 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"demo", "--nope"}, 2, "flag provided but not defined", true},
 		{[]string{"demo", "extra"}, 2, `unexpected argument "extra"`, true},
 		{[]string{"--seats", "-1"}, 2, "--seats -1", true},
+		{[]string{"demo", "--multi", "11"}, 2, "--multi 11", true},
+		{[]string{"demo", "--multi", "4", "--lock", "fair"}, 2, `--lock "fair" with --multi`, true},
+		{[]string{"demo", "--multi", "4", "--permits", "2"}, 2, "choose one", true},
+		{[]string{"demo", "--multi", "4", "--give-up", "-1s"}, 2, "--give-up -1s", true},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`, true},
 		{[]string{"inspect"}, 2, "missing the lock NAME", true},
 		{[]string{"inspect", "a", "b", "--redis", down}, 2, "one lock NAME", true},

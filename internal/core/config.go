@@ -25,7 +25,9 @@ type Config struct {
 	Scripts *wire.Scripts // the scripts the locks run; default wire.Default()
 	// SemFairScripts are the fair semaphore's; default wire.SemFairDefault().
 	SemFairScripts *wire.SemFairScripts
-	WallClock      func() int64 // the wall clock in Unix ms the fair scripts read ("now"); default time.Now
+	// SeatsScripts are the multi-seat hold's; default wire.SeatsDefault().
+	SeatsScripts *wire.SeatsScripts
+	WallClock    func() int64 // the wall clock in Unix ms the fair scripts read ("now"); default time.Now
 }
 
 // WithScripts makes a client run scripts (a test's deliberately broken
@@ -37,6 +39,12 @@ func WithScripts(scripts *wire.Scripts) func(*Config) {
 // WithSemFairScripts is WithScripts for the fair semaphore's scripts.
 func WithSemFairScripts(scripts *wire.SemFairScripts) func(*Config) {
 	return func(c *Config) { c.SemFairScripts = scripts }
+}
+
+// WithSeatsScripts is WithScripts for the multi-seat hold's scripts
+// (package multi's Seats, and their renewal).
+func WithSeatsScripts(scripts *wire.SeatsScripts) func(*Config) {
+	return func(c *Config) { c.SeatsScripts = scripts }
 }
 
 // WithWallClock makes a client read its wall clock (the fair scripts' "now")
@@ -73,6 +81,9 @@ func (c *Config) fill() error {
 	}
 	if c.SemFairScripts == nil {
 		c.SemFairScripts = wire.SemFairDefault()
+	}
+	if c.SeatsScripts == nil {
+		c.SeatsScripts = wire.SeatsDefault()
 	}
 	if c.Scripts == nil {
 		c.Scripts = wire.Default()

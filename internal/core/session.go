@@ -76,6 +76,9 @@ func (s *Session) Scripts() *wire.Scripts { return s.Config.Scripts }
 // SemFairScripts is the set of scripts the client's fair semaphores run.
 func (s *Session) SemFairScripts() *wire.SemFairScripts { return s.Config.SemFairScripts }
 
+// SeatsScripts is the set of scripts the client's multi-seat holds run.
+func (s *Session) SeatsScripts() *wire.SeatsScripts { return s.Config.SeatsScripts }
+
 // NewSession starts a session over rdb: the watchdog goroutine starts now,
 // the pub/sub connection at the first wait.
 func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {

@@ -8,6 +8,7 @@
 //	cd bench && go run ./cmd/lockbench --quick         # a smoke run of seconds
 //	cd bench && go run ./cmd/lockbench --only floor,uncontended --rounds 3
 //	cd bench && go run ./cmd/lockbench --redis 127.0.0.1:6379
+//	cd bench && go run ./cmd/lockbench --only semaphore --rounds 7   # issue 21: the fair semaphore against the fair lock
 //
 // Without --redis it starts its own redis-server on a free 127.0.0.1 port
 // (no persistence), killed at exit. With --redis it touches only keys under
@@ -34,6 +35,7 @@ func main() {
 		rounds    = flag.Int("rounds", 5, "repetitions of every scenario, interleaved across libraries")
 		drainR    = flag.Int("drain-rounds", 0, "cap on the drain scenario's rounds (default: --rounds)")
 		sizes     = flag.String("sizes", "", "comma-separated fair-queue drain sizes (default 100,1000,10000; with --quick 5,20)")
+		semSizes  = flag.String("sem-sizes", "", "comma-separated queue sizes of the semaphore scenario's Redis work per grant (default 10,100,1000; with --quick 4,8)")
 		quick     = flag.Bool("quick", false, "tiny sizes: a smoke run that takes seconds")
 		only      = flag.String("only", "", "comma-separated scenarios: "+strings.Join(runner.Scenarios, ","))
 		libs      = flag.String("libs", "", "comma-separated libraries (default: all)")
@@ -44,16 +46,8 @@ func main() {
 	if *quiet {
 		cfg.Log = nil
 	}
-	if *sizes != "" {
-		for _, s := range strings.Split(*sizes, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "lockbench: --sizes: %q is not a number\n", s)
-				os.Exit(2)
-			}
-			cfg.Sizes = append(cfg.Sizes, n)
-		}
-	}
+	cfg.Sizes = numbers("sizes", *sizes)
+	cfg.SemSizes = numbers("sem-sizes", *semSizes)
 	cfg.Only = splitList(*only)
 	cfg.Libs = splitList(*libs)
 	if err := cfg.Validate(); err != nil {
@@ -74,6 +68,21 @@ func main() {
 	if len(res.Errors) > 0 {
 		os.Exit(1)
 	}
+}
+
+// numbers parses a comma-separated list of numbers given to --flag (exit 2
+// when one is not a number).
+func numbers(flagName, list string) []int {
+	var out []int
+	for _, s := range splitList(list) {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "lockbench: --%s: %q is not a number\n", flagName, s)
+			os.Exit(2)
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 func splitList(s string) []string {

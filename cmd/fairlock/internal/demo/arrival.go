@@ -34,6 +34,15 @@ type arrivalKey struct{}
 func newArrivalHook(kind string, scripts *wire.Scripts, semFair *wire.SemFairScripts) *arrivalHook {
 	file := wire.FileAcquire
 	switch kind {
+	case SeatsHold, brokenOneLock, brokenPolling:
+		return &arrivalHook{sha: wire.SeatsDefault().Script(wire.FileSeatsAcquire).Hash(), byCtx: true,
+			pending: map[string]func(bool){}}
+	case MultiLock, Naive:
+		// per-seat reentrant locks: the first acquire.lua of the booking
+		if scripts == nil {
+			scripts = wire.Default()
+		}
+		return &arrivalHook{sha: scripts.Script(file).Hash(), byCtx: true, pending: map[string]func(bool){}}
 	case Fair:
 		file = wire.FileFairTryLockWait
 	case Semaphore:

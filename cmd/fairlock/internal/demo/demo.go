@@ -18,6 +18,13 @@
 // Grant order is the order of the Lock calls' returns, numbered inside the
 // critical section: grants are mutually exclusive, so that numbering is
 // exact.
+//
+// The multi-seat mode (Config.Multi) books blocks of 1..Multi adjacent
+// seats of a row, all or none, with the fair multi-seat hold
+// (multi.NewSeats), with a MultiLock of per-seat reentrant locks
+// (multi.New, canonical order) and, naively, with per-seat locks taken in
+// the buyer's order; grants are numbered inside the critical section, which
+// orders exactly any two grants naming a common seat (multiseat.go).
 package demo
 
 import (
@@ -75,6 +82,18 @@ type Config struct {
 	// Semaphore). Seats are then numbered atomically (INCR): the semaphore
 	// admits, it does not exclude.
 	Permits int
+	// Multi > 0 runs the multi-seat mode: each booking wants 1..Multi
+	// adjacent seats of a row (rows of RowWidth seats) and holds them all
+	// or none (kinds SeatsHold, MultiLock and Naive).
+	Multi int
+	// GiveUp bounds each acquisition of the multi-seat mode (0:
+	// DefaultGiveUp): an acquisition still waiting then is given up,
+	// counted in Result.Timeouts, and the buyer books again (a new
+	// arrival). It is what ends a naive booking's deadlock.
+	GiveUp time.Duration
+	// allowBroken lets tests run the broken variants of the multi-seat
+	// mode.
+	allowBroken bool
 }
 
 // Validate reports sizes or kinds the demo cannot run with.
@@ -92,9 +111,21 @@ func (c *Config) Validate() error {
 		return errors.New("no lock kind")
 	case c.Permits < 0 || c.Permits > 1000:
 		return fmt.Errorf("--permits %d: must be 0..1000", c.Permits)
+	case c.Multi < 0 || c.Multi > RowWidth:
+		return fmt.Errorf("--multi %d: must be 0..%d (a row has %d seats)", c.Multi, RowWidth, RowWidth)
+	case c.Multi > 0 && c.Permits > 0:
+		return errors.New("--multi and --permits: choose one")
+	case c.GiveUp < 0:
+		return fmt.Errorf("--give-up %v: must be positive", c.GiveUp)
 	}
 	for _, k := range c.Kinds {
 		switch {
+		case c.Multi > 0 && (k == brokenOneLock || k == brokenPolling) && !c.allowBroken:
+			return fmt.Errorf("kind %q: for tests only", k)
+		case c.Multi > 0 && !isMulti(k):
+			return fmt.Errorf("kind %q with --multi: must be %s, %s or %s", k, SeatsHold, MultiLock, Naive)
+		case c.Multi > 0:
+			// a kind of the multi-seat mode
 		case c.Permits == 0 && k != Fair && k != Reentrant:
 			return fmt.Errorf("lock kind %q: must be fair or reentrant", k)
 		case c.Permits > 0 && !isSemaphore(k):
@@ -113,6 +144,8 @@ type Booking struct {
 	Seat    int           // the seat booked, 0 when none was left
 	Wait    time.Duration // from just before Lock to its return
 	Token   int64         // semaphore mode: the permit's fencing token (grant order)
+	Seats   []int         // multi-seat mode: the seats named, sorted
+	Lost    bool          // multi-seat mode: a seat was sold since the buyer chose it; nothing booked
 }
 
 // Result is one run of one lock kind.
@@ -139,6 +172,14 @@ type Result struct {
 	// most permits its holders held at once (counted in this process:
 	// after a grant returned, before its release was sent).
 	Permits, MaxHeld int
+	// Multi is the most seats per booking of a multi-seat run (0: not
+	// one); Done its bookings made, Timeouts its acquisitions given up
+	// (GiveUp).
+	Multi, Done, Timeouts int
+	// Unseen counts multi-seat acquisitions whose first lock script the
+	// arrival hook did not see (an acquisition that failed before it
+	// reached Redis); their arrival was numbered when the gate was taken.
+	Unseen int
 }
 
 // Inversions counts pairs of grants made in the opposite order of their
@@ -238,7 +279,11 @@ func Run(ctx context.Context, c Config) ([]*Result, error) {
 	}
 	var out []*Result
 	for _, kind := range c.Kinds {
-		r, err := runKind(ctx, c, kind)
+		run := runKind
+		if c.Multi > 0 {
+			run = runMulti
+		}
+		r, err := run(ctx, c, kind)
 		if r != nil {
 			out = append(out, r)
 		}

@@ -1,16 +1,24 @@
 package demo
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
 
 // Header writes what the demo is about to do.
 func Header(w io.Writer, c Config, redisDesc string) {
-	fmt.Fprintf(w, "Seat booking: %d clients x %d goroutines book %d seats, lock held ~%v per booking\n",
-		c.Clients, c.Goroutines, c.Seats, c.Hold)
+	if c.Multi > 0 {
+		fmt.Fprintf(w, "Seat booking: %d clients x %d goroutines book %d seats (rows of %d), 1-%d adjacent seats\n"+
+			"a booking, all or none, held ~%v per booking; an acquisition is given up after %v\n",
+			c.Clients, c.Goroutines, c.Seats, RowWidth, c.Multi, c.Hold, cmp.Or(c.GiveUp, DefaultGiveUp))
+	} else {
+		fmt.Fprintf(w, "Seat booking: %d clients x %d goroutines book %d seats, lock held ~%v per booking\n",
+			c.Clients, c.Goroutines, c.Seats, c.Hold)
+	}
 	fmt.Fprintf(w, "Redis: %s; key names contain %q\n", redisDesc, c.Prefix)
 	fmt.Fprintf(w, "(deleted at the end; unlock and acquisition latches expire by themselves within 10s)\n\n")
 }
@@ -18,6 +26,10 @@ func Header(w io.Writer, c Config, redisDesc string) {
 // Report writes the comparison table of the results, side by side.
 func Report(w io.Writer, rs []*Result, firstGrants int) {
 	if len(rs) == 0 {
+		return
+	}
+	if rs[0].Multi > 0 {
+		reportMulti(w, rs)
 		return
 	}
 	var b strings.Builder
@@ -139,4 +151,72 @@ func dur(d time.Duration) string {
 	default:
 		return fmt.Sprintf("%dµs", d.Microseconds())
 	}
+}
+
+// reportMulti writes the table of a multi-seat run.
+func reportMulti(w io.Writer, rs []*Result) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nEach booking wants 1-%d adjacent seats of a row (%d a row), all or none.\n\n", rs[0].Multi, RowWidth)
+	row := func(label string, f func(r *Result) string) {
+		fmt.Fprintf(&b, "%-32s", label)
+		for _, r := range rs {
+			fmt.Fprintf(&b, " %14s", f(r))
+		}
+		b.WriteString("\n")
+	}
+	row("", func(r *Result) string { return r.Kind })
+	row("bookings done", func(r *Result) string { return fmt.Sprint(r.Done) })
+	row("seats booked", func(r *Result) string { return fmt.Sprint(r.Booked) })
+	row("double bookings", func(r *Result) string { return fmt.Sprint(r.DoubleBookings) })
+	row("deadlocks/timeouts (gave up)", func(r *Result) string { return fmt.Sprint(r.Timeouts) })
+	row("grants", func(r *Result) string { return fmt.Sprint(len(r.Bookings)) })
+	row("grants finding a seat sold", func(r *Result) string { return fmt.Sprint(r.LostGrants()) })
+	row("per-seat inversions (pairs)", func(r *Result) string {
+		inv, pairs := r.SeatInversions()
+		return fmt.Sprintf("%d/%d", inv, pairs)
+	})
+	row("seats per goroutine, min-max", func(r *Result) string {
+		lo, hi := r.Booked, 0
+		for _, s := range r.PerContender {
+			lo, hi = min(lo, s), max(hi, s)
+		}
+		return fmt.Sprintf("%d-%d", lo, hi)
+	})
+	for _, p := range []float64{50, 99, 100} {
+		label := fmt.Sprintf("wait p%g", p)
+		if p == 100 {
+			label = "wait max"
+		}
+		row(label, func(r *Result) string { return dur(r.WaitPercentile(p)) })
+	}
+	row("elapsed", func(r *Result) string { return dur(r.Elapsed) })
+	row("throughput (seats/s)", func(r *Result) string {
+		if r.Elapsed <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f", float64(r.Booked)/r.Elapsed.Seconds())
+	})
+	row("lock keys left behind", func(r *Result) string { return fmt.Sprint(len(r.Leftover)) })
+	if slices.ContainsFunc(rs, func(r *Result) bool { return r.Unseen > 0 }) {
+		row("arrivals not seen in Redis", func(r *Result) string { return fmt.Sprint(r.Unseen) })
+	}
+	b.WriteString(`
+seats:      multi.NewSeats, the fair multi-seat hold: one script joins every
+            seat's queue; granted when it heads them all.
+multilock:  multi.New over one reentrant lock per seat, taken in the
+            canonical order (slot, name).
+naive:      one reentrant lock per seat, taken in the buyer's order.
+arrival:    the moment a booking's first lock script ran in Redis (taken one
+            at a time, so exact); grant: the order holders entered.
+inversions: pairs of grants naming a common seat, granted in the opposite
+            order of their arrival.
+double:     a seat whose holder record (HSETNX while held) or booking was
+            already another's: two holders at once.
+gave up:    acquisitions still waiting after --give-up; the buyer chose again.
+`)
+	lines := strings.Split(b.String(), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimRight(l, " ")
+	}
+	io.WriteString(w, strings.Join(lines, "\n"))
 }
