@@ -70,6 +70,7 @@ type Env struct {
 	owners   map[string]*Handle
 	joinSHA  map[string]bool
 	semSHA   map[string]bool // sem_fair_acquire.lua's (and broken variants') SHAs
+	seatsSHA map[string]bool // seats_acquire.lua's (and broken variants') SHAs
 	admin    *fairlock.Client
 	adminRDB redis.UniversalClient
 	pools    map[string]func(context.Context) error // sets each semaphore's pool again
@@ -117,6 +118,7 @@ func newEnv(t testing.TB) *Env {
 	_, _ = rand.Read(b[:])
 	e := &Env{T: t, H: NewHistory(), Tag: "flt" + hex.EncodeToString(b[:]), owners: map[string]*Handle{}, resource: map[string]int{}}
 	e.semSHA = map[string]bool{wire.SemFairDefault().Script(wire.FileSemFairAcquire).Hash(): true}
+	e.seatsSHA = map[string]bool{wire.SeatsDefault().Script(wire.FileSeatsAcquire).Hash(): true}
 	e.pools = map[string]func(context.Context) error{}
 	e.joinSHA = map[string]bool{
 		wire.Default().Script(wire.FileFairTryLockWait).Hash():             true,

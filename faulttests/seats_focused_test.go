@@ -2,16 +2,13 @@ package faulttests
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -31,16 +28,9 @@ import (
 //	dead:      seats_renew.lua renews for five leases (a holder that dies
 //	           keeps its seats far past its lease)
 //
-// How the broken scripts reach the client: package multi has no option to
-// inject seats scripts yet (core.WithSeatsScripts is on branch h22-seats2,
-// not merged), and this worker may not edit multi or core. So the variant
-// is swapped in on the wire: a go-redis hook (seatsSwap), added to the
-// broken client after the join hook, rewrites every EVALSHA of a real
-// seats script to the variant's SHA, and every EVAL of its source (go-redis
-// falls back to EVAL on NOSCRIPT) to the variant's source. The library runs
-// unchanged; Redis runs the variant; the join hook, which runs first, sees
-// the real script's SHA and arguments. When the option is merged, the hook
-// can give way to it.
+// The broken scripts reach the client through core.WithSeatsScripts (as
+// the fair semaphore's through core.WithSemFairScripts); the join hook
+// learns the variant's acquisition script (Env.seatsSHA).
 
 // seatsBroken are the variants: the file, and the text replaced.
 var seatsBroken = map[string]struct{ file, old, new string }{
@@ -49,66 +39,40 @@ var seatsBroken = map[string]struct{ file, old, new string }{
 	"order": {wire.FileSeatsAcquire, "if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner) then",
 		"if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner and s == seats[1]) then"},
 	"liveness": {wire.FileSeatsAcquire, "ipairs(redis.call('zrangebyscore', S_LEASES, '-inf', S_NOW))", "ipairs({})"},
-	"dead": {wire.FileSeatsRenew, "redis.call('zadd', leases, now + lease, owner)", "redis.call('zadd', leases, now + 5 * lease, owner)"},
+	"dead":     {wire.FileSeatsRenew, "redis.call('zadd', leases, now + lease, owner)", "redis.call('zadd', leases, now + 5 * lease, owner)"},
 }
 
-// seatsSwap is the hook that makes Redis run a variant of the seats
-// scripts for one client: by SHA (EVALSHA) and by source (EVAL).
-type seatsSwap struct {
-	bySHA map[string]string // real SHA -> variant SHA
-	bySrc map[string]string // real source -> variant source
-}
-
-func (seatsSwap) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (seatsSwap) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (sw seatsSwap) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) > 1 {
-			switch cmd.Name() {
-			case "evalsha", "evalsha_ro":
-				if v, ok := sw.bySHA[fmt.Sprint(args[1])]; ok {
-					args[1] = v
-				}
-			case "eval", "eval_ro":
-				if v, ok := sw.bySrc[fmt.Sprint(args[1])]; ok {
-					args[1] = v
-				}
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
-
-// seatsVariant is the hook giving a client the broken variant name.
-func seatsVariant(t *testing.T, name string) seatsSwap {
+// seatsScripts is the option giving a client the broken variant name of
+// the seats scripts; the join hook learns its acquisition script.
+func (e *Env) seatsScripts(t *testing.T, name string) fairlock.Option {
 	t.Helper()
 	v := seatsBroken[name]
-	sw := seatsSwap{bySHA: map[string]string{}, bySrc: map[string]string{}}
-	src := wire.SeatsSource(v.file)
-	if n := strings.Count(src, v.old); n != 1 {
-		t.Fatalf("variant %s: %d matches in %s", name, n, v.file)
+	applied := 0
+	set := wire.EditSeats(func(f, src string) string {
+		if f != v.file {
+			return src
+		}
+		if n := strings.Count(src, v.old); n != 1 {
+			t.Fatalf("variant %s: %d matches in %s", name, n, f)
+		}
+		applied++
+		return strings.Replace(src, v.old, v.new, 1)
+	})
+	if applied != 1 {
+		t.Fatalf("variant %s does not apply", name)
 	}
-	broken := strings.Replace(src, v.old, v.new, 1)
-	sum := sha1.Sum([]byte(broken))
-	real := wire.SeatsDefault().Script(v.file)
-	if real.Hash() != hex.EncodeToString(func() []byte { s := sha1.Sum([]byte(src)); return s[:] }()) {
-		t.Fatalf("SeatsSource(%s) is not the script the client sends", v.file)
-	}
-	sw.bySHA[real.Hash()] = hex.EncodeToString(sum[:])
-	sw.bySrc[src] = broken
-	return sw
+	e.mu.Lock()
+	e.seatsSHA[set.Script(wire.FileSeatsAcquire).Hash()] = true
+	e.mu.Unlock()
+	return core.WithSeatsScripts(set)
 }
 
 // seatsClient is a client of e, with the variant's hook when broken.
 func seatsClient(t *testing.T, e *Env, broken string) *Client {
-	c := e.NewClient()
-	if broken != "" {
-		c.RDB.AddHook(seatsVariant(t, broken))
+	if broken == "" {
+		return e.NewClient()
 	}
-	return c
+	return e.NewClient(e.seatsScripts(t, broken))
 }
 
 // SeatsAcquire is a recorded seats acquisition by h of seats (numbers of

@@ -150,7 +150,10 @@ func (hk joinHook) seatsProcess(ctx context.Context, cmd redis.Cmder, next redis
 		sha = hex.EncodeToString(sum[:])
 	}
 	nk, _ := strconv.Atoi(fmt.Sprint(args[2]))
-	if sha != seatsAcquireSHA() || 3+nk+6 > len(args) {
+	hk.e.mu.Lock()
+	ours := hk.e.seatsSHA[sha]
+	hk.e.mu.Unlock()
+	if !ours || 3+nk+6 > len(args) {
 		return next(ctx, cmd)
 	}
 	argv := args[3+nk:]
@@ -168,10 +171,6 @@ func (hk joinHook) seatsProcess(ctx context.Context, cmd redis.Cmder, next redis
 	}
 	return err
 }
-
-// seatsAcquireSHA is the real seats_acquire.lua's SHA (a broken variant is
-// swapped in below the join hook, seatsSwap, so the hook sees this one).
-func seatsAcquireSHA() string { return wire.SeatsDefault().Script(wire.FileSeatsAcquire).Hash() }
 
 // seatsAsk is a random request: 1..SeatsMaxAsk distinct seats of names, in
 // a random order (multi.NewSeats sorts them).
@@ -218,6 +217,9 @@ func (e *Env) seatsAcquire(ctx context.Context, h *Handle, seats []string, wait,
 	s, err := multi.NewSeats(cl.C, seats...)
 	if err != nil {
 		e.T.Fatalf("NewSeats %v: %v", seats, err)
+	}
+	if s.Mode() != multi.OneVenue {
+		e.T.Fatalf("NewSeats %v: mode %v, want OneVenue (one script, one total order)", seats, s.Mode())
 	}
 	op, queues := "Acquire", true
 	f := func(ctx context.Context) (*multi.SeatHold, error) { return s.Acquire(ctx, lease) }
