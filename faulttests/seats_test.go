@@ -408,10 +408,34 @@ func seatsVacuity(t interface {
 				probes++
 			}
 		}
-		// two windows on one seat whose calls were granted one after the
-		// other while a third waited: the order check had pairs to compare
-		t.Logf("venue %s: %d grants (%d of several seats), %d waits, %d queue joins, %d dead holds probed",
-			l.ID, grants, multiSeat, waits, joins, probes)
+		// the pairs the order check compares: a request that queued and
+		// was granted, and another granted request naming a common seat
+		// that arrived after its join came back
+		ix := newIndex(h)
+		type qg struct {
+			c   *Call
+			end time.Duration
+		}
+		var queued []qg
+		var all []*Call
+		for _, c := range h.Calls {
+			if c.Lock == venue && c.Acquired && len(c.Seats) > 0 {
+				all = append(all, c)
+				if js := ix.joinsOf(c); len(js) > 0 {
+					queued = append(queued, qg{c, js[0].End})
+				}
+			}
+		}
+		pairs := 0
+		for _, a := range queued {
+			for _, b := range all {
+				if b != a.c && b.Start > a.end && b.Start < a.c.End && common(a.c.Seats, b.Seats) != "" {
+					pairs++
+				}
+			}
+		}
+		t.Logf("venue %s: %d grants (%d of several seats), %d waits, %d queue joins, %d dead holds probed, %d ordered pairs for the order check",
+			l.ID, grants, multiSeat, waits, joins, probes, pairs)
 		if grants < 10 || multiSeat == 0 {
 			t.Errorf("venue %s: %d grants, %d of several seats: the seats checks prove nothing", l.ID, grants, multiSeat)
 		}
