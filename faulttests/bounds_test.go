@@ -115,3 +115,28 @@ func liveBound(faultyOthers int, global []Fault) time.Duration {
 // callBound is how long a call whose ctx ends at ctxEnd (since the call's
 // start) may take.
 func callBound(ctxEnd time.Duration) time.Duration { return ctxEnd + CleanupTime + CallSlack }
+
+// seatsLiveBound is the seats liveness check's bound (CheckSeatsLiveness),
+// liveBound read for the fair multi-seat hold: how long a live waiter,
+// whose own client had no fault during its wait, may see every seat it
+// names free (no believed-valid window on it) with nobody ahead of it
+// still waiting, before it must have been granted. The same terms as
+// liveBound: a lease (a hold that ended on its client but not yet in
+// Redis: a release in flight, or a lease to run out; or a wake-up lost,
+// after which the waiter's sleep is bounded by a lease end or one grace),
+// two head graces and the slack; per other client that was faulty, dead
+// or closed and took part in the venue meanwhile, a lease and three
+// graces: a hold or a late-delivered acquisition it leaves behind, or a
+// dead request ahead, which is pruned only after two graces as a ready
+// head (docs/design.md, "Head grace, two graces before a prune"), once the
+// holds on its other seats (a lease) are gone, plus the poll that prunes
+// it (at most a grace later); per server-wide fault its length, a lease
+// and its recovery.
+func seatsLiveBound(faultyOthers int, global []Fault) time.Duration {
+	b := maxLease() + 2*HeadGrace + LiveSlack
+	b += time.Duration(faultyOthers) * (maxLease() + 3*HeadGrace)
+	for _, f := range global {
+		b += f.End - f.Start + maxLease() + f.Kind.recovery()
+	}
+	return b
+}

@@ -325,7 +325,11 @@ func CheckSemDeadHolders(h *History) []Violation {
 		}
 		died := p.ServerNow - (p.At - p.Died).Milliseconds()
 		if lim := died + (p.Lease + DeadSlack).Milliseconds(); p.LeaseEnd > lim {
-			vs = append(vs, Violation{"sem-dead-holder", p.Lock, p.Died + p.Lease + DeadSlack, fmt.Sprintf(
+			check := "sem-dead-holder"
+			if h.Locks[p.Lock] == SeatsVenue {
+				check = "seats-dead-holder" // the seats' check, the same rule
+			}
+			vs = append(vs, Violation{check, p.Lock, p.Died + p.Lease + DeadSlack, fmt.Sprintf(
 				"the permits of %s (client c%d died at %s) are held until %d ms after the death on the server's clock, over its lease %v + %v: %s",
 				short(p.Owner), p.Client, ts(p.Died), p.LeaseEnd-died, p.Lease, DeadSlack, p)})
 		}

@@ -23,6 +23,7 @@ func Check(h *History) []Violation {
 	vs = append(vs, CheckClose(h)...)
 	vs = append(vs, CheckResource(h)...)
 	vs = append(vs, checkSem(h)...)
+	vs = append(vs, checkSeats(h)...)
 	sort.SliceStable(vs, func(i, j int) bool { return vs[i].At < vs[j].At })
 	return vs
 }
@@ -311,7 +312,7 @@ func CheckLiveness(h *History) []Violation {
 	}
 	waits := map[string][]*Call{}
 	for _, c := range h.Calls {
-		if c.Wait && !c.Reentry && !h.Locks[c.Lock].Semaphore() { // CheckSemLiveness's
+		if c.Wait && !c.Reentry && !h.Locks[c.Lock].Semaphore() && h.Locks[c.Lock] != SeatsVenue { // CheckSemLiveness's, CheckSeatsLiveness's
 			waits[c.Lock] = append(waits[c.Lock], c)
 		}
 	}

@@ -41,7 +41,14 @@
 //     fits, with nobody joined before it still waiting, is granted within
 //     semLiveBound; (d) a client that dies holding permits has them back
 //     within their lease on the server's clock (read by a probe a lease
-//     after the death).
+//     after the death);
+//  9. on the fair multi-seat hold (seats_test.go, checkers_seats_test.go: a
+//     granted set is a window on each of its seats): exclusion per seat
+//     (check 1), per-seat order by fencing token, liveness within
+//     seatsLiveBound, a dead holder's seats back within its lease;
+//  10. on RedLock over three servers (redlock_test.go): exclusion with one
+//     server stopped or restarted, and a user partitioned to one server
+//     never granted.
 //
 // Joins are seen by a go-redis hook on each client (Env.joinHook) that
 // records every fair try-lock-wait script call that replied "queued", with

@@ -70,6 +70,7 @@ type Env struct {
 	owners   map[string]*Handle
 	joinSHA  map[string]bool
 	semSHA   map[string]bool // sem_fair_acquire.lua's (and broken variants') SHAs
+	seatsSHA map[string]bool // seats_acquire.lua's (and broken variants') SHAs
 	admin    *fairlock.Client
 	adminRDB redis.UniversalClient
 	pools    map[string]func(context.Context) error // sets each semaphore's pool again
@@ -92,7 +93,8 @@ type Client struct {
 
 	hmu     sync.Mutex
 	handles []*Handle
-	sems    map[*semAttempt]bool // semaphore acquisitions in a call or held (sem_test.go)
+	sems    map[*semAttempt]bool   // semaphore acquisitions in a call or held (sem_test.go)
+	seats   map[*seatsAttempt]bool // seats acquisitions in a call or held (seats_test.go)
 }
 
 // Live reports that the client neither died nor was closed.
@@ -107,6 +109,8 @@ type Handle struct {
 	L      Locker
 	Sem    SemAPI // a semaphore's handle (sem_test.go)
 	Pool   int    // the semaphore's pool
+	// SeatNames are a venue's seats (Kind SeatsVenue, seats_test.go)
+	SeatNames []string
 }
 
 func newEnv(t testing.TB) *Env {
@@ -114,6 +118,7 @@ func newEnv(t testing.TB) *Env {
 	_, _ = rand.Read(b[:])
 	e := &Env{T: t, H: NewHistory(), Tag: "flt" + hex.EncodeToString(b[:]), owners: map[string]*Handle{}, resource: map[string]int{}}
 	e.semSHA = map[string]bool{wire.SemFairDefault().Script(wire.FileSemFairAcquire).Hash(): true}
+	e.seatsSHA = map[string]bool{wire.SeatsDefault().Script(wire.FileSeatsAcquire).Hash(): true}
 	e.pools = map[string]func(context.Context) error{}
 	e.joinSHA = map[string]bool{
 		wire.Default().Script(wire.FileFairTryLockWait).Hash():             true,
@@ -231,6 +236,9 @@ func (c *Client) Handle(id string, k LockKind) *Handle {
 	if k.Semaphore() {
 		return c.semHandle(name, k)
 	}
+	if k == SeatsVenue {
+		return c.seatsHandle(id)
+	}
 	var l Locker
 	var err error
 	switch k {
@@ -273,6 +281,9 @@ func (hk joinHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		if a, ok := ctx.Value(semAttemptKey{}).(*semAttempt); ok {
 			return hk.semProcess(ctx, cmd, next, a)
+		}
+		if a, ok := ctx.Value(seatsAttemptKey{}).(*seatsAttempt); ok {
+			return hk.seatsProcess(ctx, cmd, next, a)
 		}
 		start := hk.e.H.Now()
 		err := next(ctx, cmd)
@@ -340,6 +351,18 @@ func (c *Client) Close() {
 		}
 		st.Err, st.ErrClosed = errText(hd.L.Err())
 		states[hd.L.Owner()] = st
+	}
+	for a := range c.seats {
+		if v := a.held(); v != nil {
+			st := HandleState{}
+			select {
+			case <-v.Done():
+				st.DoneClosed = true
+			default:
+			}
+			st.Err, st.ErrClosed = errText(v.Err())
+			states[v.Owner()] = st
+		}
 	}
 	for a := range c.sems {
 		if v := a.held(); v != nil {
@@ -469,6 +492,25 @@ func (e *Env) CheckLeftovers() []Violation {
 					bad("%s", msg)
 				}
 				continue
+			case strings.HasPrefix(k, "fairlock_seats_acquire_latch:") || strings.HasPrefix(k, "fairlock_seats_release_latch:"):
+				if pttl < 0 || pttl > LatchTTL {
+					bad("latch %s has TTL %v (want at most %v)", k, pttl, LatchTTL)
+				}
+				continue
+			case strings.HasPrefix(k, "fairlock_seats_token:"):
+				// a venue's token counter: kept for ever by design
+				if _, err := p.Get(ctx, k).Int64(); err != nil || pttl != -1 {
+					bad("token key %s: TTL %v, %v (want an integer without expiry)", k, pttl, err)
+				}
+				continue
+			case strings.HasPrefix(k, "fairlock_seats"):
+				// a venue's holds, leases, seats, requests, queues, graces
+				// (no TTL): only owners of clients that could not clean up
+				var ok bool
+				if owners, ok = seatsLeftover(ctx, p, k); !ok {
+					bad("unknown seats key %s", k)
+					continue
+				}
 			case strings.HasPrefix(k, "redisson_lock_queue:"):
 				owners, _ = p.LRange(ctx, k, 0, -1).Result()
 			case strings.HasPrefix(k, "redisson_lock_timeout:"):

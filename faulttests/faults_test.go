@@ -74,6 +74,7 @@ func (e *Env) Kill(c *Client) {
 	died := e.H.Faults[i].Start
 	e.H.mu.Unlock()
 	e.semDied(c, died) // check (d): its semaphore holds are read a lease later
+	e.seatsDied(c, died)
 }
 
 // KillPubSub kills every pub/sub connection on every primary.

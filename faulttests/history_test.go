@@ -79,6 +79,7 @@ type Fault struct {
 	Client     int
 	Start, End time.Duration
 	Detail     string
+	Server     int // a RedLock test's fault on one of its servers: its number (1..3); 0: not one
 }
 
 func (f Fault) String() string {
@@ -108,10 +109,11 @@ type Call struct {
 	// CtxEnd is when the call's context ended, since Start: its deadline,
 	// or the moment it was cancelled if earlier. Never: no deadline.
 	CtxEnd   time.Duration
-	Acquired bool   // an acquisition that returned holding the lock; ForceUnlock: a lock was deleted
-	Err      string // "" when nil
-	Closed   bool   // the error matches fairlock.ErrClosed
-	Permits  int    // a semaphore acquisition's ask (0: a lock's call)
+	Acquired bool     // an acquisition that returned holding the lock; ForceUnlock: a lock was deleted
+	Err      string   // "" when nil
+	Closed   bool     // the error matches fairlock.ErrClosed
+	Permits  int      // a semaphore acquisition's ask (0: a lock's call)
+	Seats    []string // a seats call's seats (Lock is the venue)
 }
 
 func (c Call) String() string {
@@ -131,6 +133,9 @@ func (c Call) String() string {
 	op := c.Op
 	if c.Permits > 0 {
 		op = fmt.Sprintf("%s{%d}", op, c.Permits)
+	}
+	if len(c.Seats) > 0 {
+		op = fmt.Sprintf("%s%v", op, seatNums(c.Seats))
 	}
 	return fmt.Sprintf("#%d c%d %s %s(%s) [%s] -> %s", c.ID, c.Client, short(c.Owner), op, c.Lock, ctx, res)
 }
@@ -152,6 +157,7 @@ type Window struct {
 	ValidUntil time.Duration // last ValidUntil sampled while held; Never: not available
 	Permits    int           // a semaphore hold's permits (0: a lock's hold)
 	Token      int64         // the acquisition's fencing token (0: none recorded)
+	Granted    []bool        // a RedLock hold's members that granted, per server (redlock_test.go)
 }
 
 // End is where the window ends, and by what.
@@ -361,7 +367,10 @@ func (h *History) Timeline(lock string, from, to time.Duration, maxLines int) st
 			ls = append(ls, line{t, s})
 		}
 	}
-	on := func(l string) bool { return lock == "" || l == lock }
+	// a seat's history shows its venue's calls and joins too
+	on := func(l string) bool {
+		return lock == "" || l == lock || h.Locks[l] == SeatsVenue && strings.HasPrefix(lock, "{"+l+"}")
+	}
 	for _, c := range h.Calls {
 		if !on(c.Lock) {
 			continue

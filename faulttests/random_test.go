@@ -63,7 +63,7 @@ func TestRandomFaults(t *testing.T) {
 	w := Workload{
 		Seed: seed, Clients: envInt("FAULT_CLIENTS", 6), Workers: envInt("FAULT_WORKERS", 2),
 		Locks: []LockSpec{{"re", Reentrant, 0}, {"fr", FairRedisson, 0}, {"fs", FairScalable, 0}, {"fr2", FairRedisson, 0},
-			{"sf", SemFair, 3}, {"se", SemExpirable, 3}},
+			{"sf", SemFair, 3}, {"se", SemExpirable, 3}, {"venue", SeatsVenue, 0}},
 		MaxHold: 800 * time.Millisecond, MaxCtx: 8 * time.Second,
 	}
 	replay := fmt.Sprintf("FAULT_SEED=%d FAULT_DURATION=%v FAULT_CLIENTS=%d FAULT_WORKERS=%d FAULT_GAP=%v go test ./faulttests/ -run TestRandomFaults -v",
@@ -124,5 +124,6 @@ func runRandom(t *testing.T, e *Env, w Workload, dur, gap time.Duration, kinds [
 		t.Errorf("%d fair waits but the join hook saw no queue join: the order check is blind", fairWaits)
 	}
 	semVacuity(t, e.H, w)
+	seatsVacuity(t, e.H, w, e)
 	Report(t, e.H, replay)
 }

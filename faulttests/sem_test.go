@@ -410,7 +410,6 @@ func (e *Env) semDied(c *Client, died time.Duration) {
 		as = append(as, a)
 	}
 	c.hmu.Unlock()
-	_, rdb := e.adminClient()
 	for _, a := range as {
 		owner := a.Owner()
 		v := a.held()
@@ -440,29 +439,36 @@ func (e *Env) semDied(c *Client, died time.Duration) {
 		if lease == 0 {
 			lease = WatchdogLease
 		}
-		pr := SemProbe{Lock: a.h.Lock, Owner: owner, Client: c.ID, Lease: lease, Died: died, LeaseEnd: -1}
-		e.probes.Add(1)
-		go func() {
-			defer e.probes.Done()
-			time.Sleep(died + lease + DeadSlack - e.H.Now())
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				v, err := probeScript.Run(ctx, rdb, []string{key}, members...).Int64Slice()
-				cancel()
-				if err == nil && len(v) == 2 {
-					pr.At, pr.ServerNow, pr.LeaseEnd = e.H.Now(), v[0], v[1]
-					break
-				}
-				if time.Now().After(deadline) {
-					pr.At, pr.Err = e.H.Now(), fmt.Sprintf("read failed: %v %v", err, v)
-					break
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
-			e.H.Update(func() { e.H.Probes = append(e.H.Probes, pr) })
-		}()
+		e.probe(SemProbe{Lock: a.h.Lock, Owner: owner, Client: c.ID, Lease: lease, Died: died, LeaseEnd: -1}, key, members)
 	}
+}
+
+// probe reads, pr.Lease + DeadSlack after pr.Died, the server's clock and
+// the latest score of members in the zset key (a dead holder's lease end),
+// and records it in pr.
+func (e *Env) probe(pr SemProbe, key string, members []any) {
+	_, rdb := e.adminClient()
+	e.probes.Add(1)
+	go func() {
+		defer e.probes.Done()
+		time.Sleep(pr.Died + pr.Lease + DeadSlack - e.H.Now())
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			v, err := probeScript.Run(ctx, rdb, []string{key}, members...).Int64Slice()
+			cancel()
+			if err == nil && len(v) == 2 {
+				pr.At, pr.ServerNow, pr.LeaseEnd = e.H.Now(), v[0], v[1]
+				break
+			}
+			if time.Now().After(deadline) {
+				pr.At, pr.Err = e.H.Now(), fmt.Sprintf("read failed: %v %v", err, v)
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		e.H.Update(func() { e.H.Probes = append(e.H.Probes, pr) })
+	}()
 }
 
 // expirableLeftover: after every client closed, no permit of an

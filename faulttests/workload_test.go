@@ -131,6 +131,8 @@ func (r *run) worker(c *Client, hs []*Handle, rng *rand.Rand) {
 		h := hs[rng.IntN(len(hs))]
 		if h.Sem != nil {
 			r.semOp(h, rng)
+		} else if h.Kind == SeatsVenue {
+			r.seatsOp(h, rng)
 		} else {
 			r.op(h, rng)
 		}
