@@ -190,6 +190,10 @@ func seatsErr(err error) error {
 		{"owner is queued for other seats", ErrSeatsOtherSeats},
 		{"is also the name of a held lock", ErrSeatsMixed},
 		{"fairlock: seats key ", ErrSeatsWrongType},
+		// A command of the hot scripts that met a key of another type
+		// before anything was written (token_check's GET of the token
+		// key): Redis's own error.
+		{"WRONGTYPE", ErrSeatsWrongType},
 		{"fairlock: seats: bad arguments", ErrSeatsBadArgs},
 		{"acquisition request abandoned", ErrAbandoned},
 		{"already granted and its hold is over", ErrGrantOver},
