@@ -125,6 +125,13 @@ if can_take(owner, seats) then
     finish_all()
     return {1, token}
 end
+-- Not granted: nothing was written yet (a grant is the only write before
+-- here when seats_guard left the grace hash unread), and joining then
+-- finish_all may write the grace hash: it is read first.
+bad = seats_grace_guard()
+if bad then
+    return bad
+end
 if queue and not queued then
     join_all(owner, seats)
 end

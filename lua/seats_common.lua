@@ -434,6 +434,22 @@ local function seats_wrong(key, err)
     return redis.error_reply('fairlock: seats key ' .. key .. ' holds the wrong type: ' .. tostring(err))
 end
 
+-- seats_grace_guard reads the grace hash's length (HLEN: whether it is
+-- empty), once per script. Returns an error reply, or nil.
+local S_GRACE_READ = false
+local function seats_grace_guard()
+    if S_GRACE_READ then
+        return nil
+    end
+    S_GRACE_READ = true
+    local v = redis.pcall('hlen', S_GRACE)
+    if type(v) == 'table' and v.err then
+        return seats_wrong(S_GRACE, v.err)
+    end
+    S_GRACE_NONE = v == 0
+    return nil
+end
+
 -- seats_guard, in the hot scripts (acquire, release) before they write
 -- anything, instead of seven TYPE checks: every venue key the script may
 -- write is read here with a command of its type, so a key of another type
@@ -443,7 +459,9 @@ end
 -- (the caller's; the release passes nil and reads the owner's own). The
 -- reads: HGET holds owner, ZRANGEBYSCORE of the ended leases (what
 -- seats_reclaim gives back), HGET req owner (rec), one HMGET of the
--- queue's heads, one HMGET of the seats' holders, HLEN grace. The other
+-- queue's heads, one HMGET of the seats' holders, HLEN grace (unless
+-- nothing can touch the grace hash before a later seats_grace_guard: see
+-- the end). The other
 -- keys: the token key is read by token_check (acquire) and not written by
 -- the release; a latch is read with GET before anything is written (and
 -- written with SET, which takes any type). Returns an error reply, or nil.
@@ -470,6 +488,7 @@ local function seats_guard(owner, seats)
         end
     end
     S_REC[owner] = r
+    local acquiring = seats ~= nil
     seats = seats or r or {}
     local heads, holders = {}, {}
     for i, s in ipairs(seats) do
@@ -493,10 +512,20 @@ local function seats_guard(owner, seats)
     for i, s in ipairs(seats) do
         S_HOLDER[s] = v[i] or false
     end
-    v = redis.pcall('hlen', S_GRACE)
-    if type(v) == 'table' and v.err then
-        return seats_wrong(S_GRACE, v.err)
+    -- The grace hash is written only for a head of a queue examined (a
+    -- grace started or dropped) or a request leaving (leave_all). With no
+    -- ended lease to reclaim, the caller in no queue and no head on any
+    -- of its seats (the release: on the seats it gives back), the release
+    -- never touches it (it examines only those seats, and they have no
+    -- head), and the acquisition touches it only when not granted, where
+    -- it has written nothing yet and calls seats_grace_guard first: the
+    -- HLEN is left to that call.
+    local quiet = #S_ENDED == 0 and not (acquiring and r)
+    for _, s in ipairs(seats) do
+        quiet = quiet and not S_HEADS[s]
     end
-    S_GRACE_NONE = v == 0
-    return nil
+    if quiet then
+        return nil
+    end
+    return seats_grace_guard()
 end

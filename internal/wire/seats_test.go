@@ -218,3 +218,45 @@ func TestSeatsWrongType(t *testing.T) {
 		}
 	})
 }
+
+// With no waiter and nothing to reclaim the hot scripts leave the grace
+// hash unread until the acquisition is not granted (it then reads it
+// before joining); a grace key of another type is still an error with
+// nothing written there, and the release, which does not touch it then,
+// works.
+func TestSeatsWrongTypeGraceQuiet(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		s := wire.SeatsDefault()
+		venue := redistest.Prefix(t) + "wtq"
+		k := wire.SeatsKeysFor(venue)
+		A := "{" + venue + "}:A"
+		arg := func(owner, id string, queue bool) wire.SeatsArgs {
+			return wire.SeatsArgs{Owner: owner, Seats: []string{A}, LeaseMs: 60000, GraceMs: 5000, Queue: queue,
+				AcquireID: id, LatchMs: 60000}
+		}
+		r, err := s.Acquire(ctx, rdb, k, arg("u:H", "h", true))
+		require.NoError(t, err)
+		require.True(t, r.Granted)
+		require.NoError(t, rdb.Set(ctx, k.Grace, "x", 0).Err())
+		all := []string{k.Holds, k.Leases, k.Seat, k.Req, k.Queue, k.Grace, k.Token, k.AcquireLatch("y"), k.AcquireLatch("t")}
+		snapshot := func() map[string]string {
+			m := map[string]string{}
+			for _, x := range all {
+				m[x] = rdb.Dump(ctx, x).Val()
+			}
+			return m
+		}
+		before := snapshot()
+		_, err = s.Acquire(ctx, rdb, k, arg("u:Y", "y", true))
+		require.ErrorIs(t, err, wire.ErrSeatsWrongType)
+		_, err = s.Acquire(ctx, rdb, k, arg("u:T", "t", false))
+		require.ErrorIs(t, err, wire.ErrSeatsWrongType)
+		assert.Equal(t, before, snapshot(), "nothing written")
+		ok, err := s.Release(ctx, rdb, k, wire.SeatsArgs{Owner: "u:H", GraceMs: 5000})
+		require.NoError(t, err)
+		assert.True(t, ok)
+		assert.Equal(t, "string", rdb.Type(ctx, k.Grace).Val())
+	})
+}
