@@ -20,7 +20,7 @@ local owner, latch_ttl, grace = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if not owner or owner == '' or not latch_ttl or not grace or grace < 1 then
     return redis.error_reply('fairlock: seats: bad arguments')
 end
-local bad = seats_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], ARGV[4], grace)
+local bad = seats_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], ARGV[4], grace, true)
 if bad then
     return bad
 end

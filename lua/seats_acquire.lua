@@ -53,7 +53,12 @@ for _, s in ipairs(seats) do
     end
     named[s] = true
 end
-local bad = seats_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], ARGV[5], grace)
+seats_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], ARGV[5], grace, false)
+-- Every key this script may write is read with a command of its type
+-- before the first write: seats_guard (holds, leases, req, queue, seat,
+-- grace), token_check (token), the latch's GET. A key of another type is
+-- an error reply with nothing written.
+local bad = seats_guard(owner, seats)
 if bad then
     return bad
 end
@@ -62,7 +67,10 @@ if bad then
     return bad
 end
 if latch_ttl > 0 then
-    local state = redis.call('get', KEYS[9])
+    local state = redis.pcall('get', KEYS[9])
+    if type(state) == 'table' and state.err then
+        return seats_wrong(KEYS[9], state.err)
+    end
     if state == 'void' or state == 'void:held' then
         return redis.error_reply('fairlock: acquisition request abandoned')
     end
@@ -74,16 +82,18 @@ if latch_ttl > 0 then
         return redis.error_reply('fairlock: acquisition request already granted and its hold is over')
     end
 end
-for _, s in ipairs(seats) do
-    if redis.call('exists', s) == 1 then
-        return redis.error_reply('fairlock: seats: seat ' .. s .. ' is also the name of a held lock; a name is a seat or a lock, not both')
+if redis.call('exists', unpack(seats)) > 0 then -- one EXISTS; which one only on the error path
+    for _, s in ipairs(seats) do
+        if redis.call('exists', s) == 1 then
+            return redis.error_reply('fairlock: seats: seat ' .. s .. ' is also the name of a held lock; a name is a seat or a lock, not both')
+        end
     end
 end
 if seats_holds(owner) then
     return redis.error_reply('fairlock: seats: owner already holds seats')
 end
 local mine = rec(owner)
-if mine and redis.call('hexists', S_HOLDS, owner) == 0 then
+if mine and not holds_has(owner) then
     local same = #mine == #seats
     for _, s in ipairs(mine) do
         same = same and named[s] == true
@@ -114,6 +124,13 @@ if can_take(owner, seats) then
     latch_grant(KEYS[9], latch_ttl, token)
     finish_all()
     return {1, token}
+end
+-- Not granted: nothing was written yet (a grant is the only write before
+-- here when seats_guard left the grace hash unread), and joining then
+-- finish_all may write the grace hash: it is read first.
+bad = seats_grace_guard()
+if bad then
+    return bad
 end
 if queue and not queued then
     join_all(owner, seats)

@@ -51,7 +51,14 @@ local S_CALLER   -- the acquisition's owner: never pruned, never woken
 local S_REC = {} -- owner -> its seats (false: none), read once
 local S_WORK, S_SEEN = {}, {} -- the seats to examine, in order
 local S_WOKEN = {}
-local S_BUDGET   -- removals left (a bound on every loop)
+local S_BUDGET   -- removals left (a bound on every loop); nil until needed
+local S_REQ_DELTA = 0 -- requests fields added minus removed by this script
+-- Read once, kept in step with every write below (nil: not read yet):
+local S_HEADS = {}  -- seat -> the head of its queue (false: empty)
+local S_HOLDER = {} -- seat -> its holder (false: free)
+local S_HELD = {}   -- owner -> its holds field (false: none)
+local S_ENDED       -- the holders whose lease ended at S_NOW (seats_guard)
+local S_GRACE_NONE  -- the grace hash is known to be empty (seats_guard)
 
 local function seats_type(key)
     local t = redis.call('type', key)
@@ -61,14 +68,20 @@ local function seats_type(key)
     return t
 end
 
--- seats_init names the keys and the wake-up channel, reads the clock and
--- checks the keys' types. Returns an error reply, or nil. Writes nothing.
-local function seats_init(holds, leases, seat, req, queue, grace_key, token, channel, pubcmd, grace)
+-- seats_init names the keys and the wake-up channel and reads the clock
+-- (once per script). checked: also check the types of the venue's seven
+-- keys (TYPE, one command each), as the scripts off the hot path do; the
+-- hot scripts (acquire, release) call seats_guard instead. Returns an
+-- error reply, or nil. Writes nothing.
+local function seats_init(holds, leases, seat, req, queue, grace_key, token, channel, pubcmd, grace, checked)
     S_HOLDS, S_LEASES, S_SEAT, S_REQ, S_QUEUE, S_GRACE = holds, leases, seat, req, queue, grace_key
     CHANNEL, PUBCMD, MESSAGE = channel, pubcmd, '0' -- fair_common.lua's wake()
     S_GRACE_MS = grace
     local t = redis.call('time')
     S_NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if not checked then
+        return nil
+    end
     local want = {[holds] = 'hash', [leases] = 'zset', [seat] = 'hash', [req] = 'hash', [queue] = 'hash',
         [grace_key] = 'hash', [token] = 'string'}
     for _, key in ipairs({holds, leases, seat, req, queue, grace_key, token}) do
@@ -77,8 +90,17 @@ local function seats_init(holds, leases, seat, req, queue, grace_key, token, cha
             return redis.error_reply('fairlock: seats key ' .. key .. ' holds a ' .. got .. ', not a ' .. want[key])
         end
     end
-    S_BUDGET = redis.call('hlen', req) + 1
     return nil
+end
+
+-- budget: the removals left. It is the number of requests when the script
+-- started, plus one (HLEN, read at the first need: a script that removes
+-- nobody does not read it).
+local function budget()
+    if not S_BUDGET then
+        S_BUDGET = redis.call('hlen', S_REQ) - S_REQ_DELTA + 1
+    end
+    return S_BUDGET
 end
 
 -- The seats of owner o (queued or holding), or nil.
@@ -99,13 +121,33 @@ local function rec(o)
 end
 
 local function rec_set(o, seats)
-    redis.call('hset', S_REQ, o, cjson.encode(seats))
+    S_REQ_DELTA = S_REQ_DELTA + redis.call('hset', S_REQ, o, cjson.encode(seats))
     S_REC[o] = seats
 end
 
 local function rec_del(o)
-    redis.call('hdel', S_REQ, o)
+    S_REQ_DELTA = S_REQ_DELTA - redis.call('hdel', S_REQ, o)
     S_REC[o] = false
+end
+
+-- holds_has: whether o has a holds field (as HEXISTS would say).
+local function holds_has(o)
+    local v = S_HELD[o]
+    if v == nil then
+        v = redis.call('hget', S_HOLDS, o) or false
+        S_HELD[o] = v
+    end
+    return v ~= false
+end
+
+-- seat_holder: the holder of seat s, or nil.
+local function seat_holder(s)
+    local v = S_HOLDER[s]
+    if v == nil then
+        v = redis.call('hget', S_SEAT, s) or false
+        S_HOLDER[s] = v
+    end
+    return v or nil
 end
 
 -- work adds seat s to the seats this script examines.
@@ -118,7 +160,12 @@ end
 
 -- The queues.
 local function q_head_of(s)
-    return redis.call('hget', S_QUEUE, 'h|' .. s) or nil
+    local h = S_HEADS[s]
+    if h == nil then
+        h = redis.call('hget', S_QUEUE, 'h|' .. s) or false
+        S_HEADS[s] = h
+    end
+    return h or nil
 end
 
 -- the owner after o in s's queue ("" for the tail), nil when o is not in it
@@ -132,6 +179,7 @@ local function q_push(s, o)
         redis.call('hset', S_QUEUE, 'n|' .. t .. '|' .. s, o, 't|' .. s, o, 'p|' .. o .. '|' .. s, t, 'n|' .. o .. '|' .. s, '')
     else
         redis.call('hset', S_QUEUE, 'h|' .. s, o, 't|' .. s, o, 'p|' .. o .. '|' .. s, '', 'n|' .. o .. '|' .. s, '')
+        S_HEADS[s] = o
     end
 end
 
@@ -145,8 +193,10 @@ local function q_unlink(s, o)
     redis.call('hdel', S_QUEUE, 'p|' .. o .. '|' .. s, 'n|' .. o .. '|' .. s)
     if p == '' and n == '' then
         redis.call('hdel', S_QUEUE, 'h|' .. s, 't|' .. s)
+        S_HEADS[s] = false
     elseif p == '' then
         redis.call('hset', S_QUEUE, 'h|' .. s, n, 'p|' .. n .. '|' .. s, '')
+        S_HEADS[s] = n
     elseif n == '' then
         redis.call('hset', S_QUEUE, 't|' .. s, p, 'n|' .. p .. '|' .. s, '')
     else
@@ -191,30 +241,42 @@ end
 
 -- seats_holds: whether o holds seats whose lease has not ended (read-only).
 local function seats_holds(o)
+    if not holds_has(o) then
+        return false
+    end
     local e = redis.call('zscore', S_LEASES, o)
-    return e ~= false and e ~= nil and tonumber(e) > S_NOW and redis.call('hexists', S_HOLDS, o) == 1
+    return e ~= false and e ~= nil and tonumber(e) > S_NOW
 end
 
 -- give_back frees the seats holder o holds.
 local function give_back(o)
     local seats = rec(o)
     if seats then
+        local mine = {}
         for _, s in ipairs(seats) do
-            if redis.call('hget', S_SEAT, s) == o then
-                redis.call('hdel', S_SEAT, s)
+            if seat_holder(s) == o then
+                mine[#mine + 1] = s
+                S_HOLDER[s] = false
             end
             work(s)
+        end
+        if #mine > 0 then
+            redis.call('hdel', S_SEAT, unpack(mine))
         end
     end
     redis.call('hdel', S_HOLDS, o)
     redis.call('zrem', S_LEASES, o)
+    S_HELD[o] = false
     rec_del(o)
 end
 
 -- seats_reclaim gives back the seats of every holder whose lease ended
--- (in order of lease end, then owner).
+-- (in order of lease end, then owner), as seats_guard listed them (read
+-- here in the scripts that do not call it).
 local function seats_reclaim()
-    for _, o in ipairs(redis.call('zrangebyscore', S_LEASES, '-inf', S_NOW)) do
+    local ended = S_ENDED or redis.call('zrangebyscore', S_LEASES, '-inf', S_NOW)
+    S_ENDED = {}
+    for _, o in ipairs(ended) do
         give_back(o)
     end
 end
@@ -223,11 +285,11 @@ end
 -- of its seats is free.
 local function ready(o)
     local seats = rec(o)
-    if not seats or redis.call('hexists', S_HOLDS, o) == 1 then
+    if not seats or holds_has(o) then
         return false
     end
     for _, s in ipairs(seats) do
-        if q_head_of(s) ~= o or redis.call('hexists', S_SEAT, s) == 1 then
+        if q_head_of(s) ~= o or seat_holder(s) then
             return false
         end
     end
@@ -239,7 +301,7 @@ end
 local function can_take(owner, seats)
     for _, s in ipairs(seats) do
         local h = q_head_of(s)
-        if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner) then
+        if seat_holder(s) or (h and h ~= owner) then
             return false
         end
     end
@@ -248,16 +310,24 @@ end
 
 -- take: owner holds all its seats until now + lease.
 local function take(owner, seats, lease)
+    local fields = {}
     for _, s in ipairs(seats) do
-        redis.call('hset', S_SEAT, s, owner)
+        fields[#fields + 1] = s
+        fields[#fields + 1] = owner
+        S_HOLDER[s] = owner
     end
+    redis.call('hset', S_SEAT, unpack(fields))
     redis.call('hset', S_HOLDS, owner, #seats)
+    S_HELD[owner] = tostring(#seats)
     redis.call('zadd', S_LEASES, S_NOW + lease, owner)
     rec_set(owner, seats)
 end
 
 -- o's grace: its end and whether it is the second, or nil.
 local function grace_get(o)
+    if S_GRACE_NONE then
+        return nil, false
+    end
     local v = redis.call('hget', S_GRACE, o)
     if not v then
         return nil, false
@@ -278,7 +348,7 @@ local function prune_all()
     while i <= #S_WORK do
         local s = S_WORK[i]
         local h = q_head_of(s)
-        while h and h ~= S_CALLER and S_BUDGET > 0 do
+        while h and h ~= S_CALLER and budget() > 0 do
             local seats = rec(h)
             if seats then
                 if not ready(h) then
@@ -323,6 +393,7 @@ local function finish_all()
                 end
                 if start then
                     redis.call('hset', S_GRACE, h, start .. (S_NOW + S_GRACE_MS))
+                    S_GRACE_NONE = false
                     wake_once(h)
                     for _, t in ipairs(rec(h)) do
                         wake_once(q_next_of(t, h))
@@ -342,7 +413,7 @@ local function seats_reply(o, seats)
     local best
     for _, s in ipairs(seats) do
         local b
-        local holder = redis.call('hget', S_SEAT, s)
+        local holder = seat_holder(s)
         if holder then
             b = (tonumber(redis.call('zscore', S_LEASES, holder)) or S_NOW) - S_NOW
         else
@@ -357,4 +428,104 @@ local function seats_reply(o, seats)
         end
     end
     return math.max(1, best or 1)
+end
+
+local function seats_wrong(key, err)
+    return redis.error_reply('fairlock: seats key ' .. key .. ' holds the wrong type: ' .. tostring(err))
+end
+
+-- seats_grace_guard reads the grace hash's length (HLEN: whether it is
+-- empty), once per script. Returns an error reply, or nil.
+local S_GRACE_READ = false
+local function seats_grace_guard()
+    if S_GRACE_READ then
+        return nil
+    end
+    S_GRACE_READ = true
+    local v = redis.pcall('hlen', S_GRACE)
+    if type(v) == 'table' and v.err then
+        return seats_wrong(S_GRACE, v.err)
+    end
+    S_GRACE_NONE = v == 0
+    return nil
+end
+
+-- seats_guard, in the hot scripts (acquire, release) before they write
+-- anything, instead of seven TYPE checks: every venue key the script may
+-- write is read here with a command of its type, so a key of another type
+-- is an error reply with nothing written, and what is read is kept for
+-- the script (holders, heads, ended leases: no command reads it again).
+-- owner: the caller; seats: the seats whose heads and holders to read
+-- (the caller's; the release passes nil and reads the owner's own). The
+-- reads: HGET holds owner, ZRANGEBYSCORE of the ended leases (what
+-- seats_reclaim gives back), HGET req owner (rec), one HMGET of the
+-- queue's heads, one HMGET of the seats' holders, HLEN grace (unless
+-- nothing can touch the grace hash before a later seats_grace_guard: see
+-- the end). The other
+-- keys: the token key is read by token_check (acquire) and not written by
+-- the release; a latch is read with GET before anything is written (and
+-- written with SET, which takes any type). Returns an error reply, or nil.
+local function seats_guard(owner, seats)
+    local v = redis.pcall('hget', S_HOLDS, owner)
+    if type(v) == 'table' and v.err then
+        return seats_wrong(S_HOLDS, v.err)
+    end
+    S_HELD[owner] = v or false
+    v = redis.pcall('zrangebyscore', S_LEASES, '-inf', S_NOW)
+    if v.err then
+        return seats_wrong(S_LEASES, v.err)
+    end
+    S_ENDED = v
+    v = redis.pcall('hget', S_REQ, owner)
+    if type(v) == 'table' and v.err then
+        return seats_wrong(S_REQ, v.err)
+    end
+    local r = false
+    if v then
+        local ok, d = pcall(cjson.decode, v)
+        if ok and type(d) == 'table' and #d > 0 then
+            r = d
+        end
+    end
+    S_REC[owner] = r
+    local acquiring = seats ~= nil
+    seats = seats or r or {}
+    local heads, holders = {}, {}
+    for i, s in ipairs(seats) do
+        heads[i] = 'h|' .. s
+        holders[i] = s
+    end
+    if #seats == 0 then
+        heads[1], holders[1] = 'h|', '' -- no seat: a read of the type only
+    end
+    v = redis.pcall('hmget', S_QUEUE, unpack(heads))
+    if v.err then
+        return seats_wrong(S_QUEUE, v.err)
+    end
+    for i, s in ipairs(seats) do
+        S_HEADS[s] = v[i] or false
+    end
+    v = redis.pcall('hmget', S_SEAT, unpack(holders))
+    if v.err then
+        return seats_wrong(S_SEAT, v.err)
+    end
+    for i, s in ipairs(seats) do
+        S_HOLDER[s] = v[i] or false
+    end
+    -- The grace hash is written only for a head of a queue examined (a
+    -- grace started or dropped) or a request leaving (leave_all). With no
+    -- ended lease to reclaim, the caller in no queue and no head on any
+    -- of its seats (the release: on the seats it gives back), the release
+    -- never touches it (it examines only those seats, and they have no
+    -- head), and the acquisition touches it only when not granted, where
+    -- it has written nothing yet and calls seats_grace_guard first: the
+    -- HLEN is left to that call.
+    local quiet = #S_ENDED == 0 and not (acquiring and r)
+    for _, s in ipairs(seats) do
+        quiet = quiet and not S_HEADS[s]
+    end
+    if quiet then
+        return nil
+    end
+    return seats_grace_guard()
 end

@@ -14,7 +14,7 @@ local owner, grace = ARGV[1], tonumber(ARGV[2])
 if not owner or owner == '' or not grace or grace < 1 then
     return redis.error_reply('fairlock: seats: bad arguments')
 end
-local bad = seats_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], ARGV[3], grace)
+local bad = seats_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], ARGV[3], grace, true)
 if bad then
     return bad
 end

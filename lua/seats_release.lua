@@ -19,17 +19,25 @@ local owner, latch_ttl, grace = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if not owner or owner == '' or not latch_ttl or not grace or grace < 1 then
     return redis.error_reply('fairlock: seats: bad arguments')
 end
-local bad = seats_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], ARGV[4], grace)
+seats_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], ARGV[4], grace, false)
+-- Every key this script may write is read with a command of its type
+-- before the first write: the latch (GET), seats_guard (holds, leases,
+-- req, queue, seat, grace; the token key is not written here). A key of
+-- another type is an error reply with nothing written.
+local latched = redis.pcall('get', KEYS[9])
+if type(latched) == 'table' and latched.err then
+    return seats_wrong(KEYS[9], latched.err)
+end
+local bad = seats_guard(owner, nil)
 if bad then
     return bad
 end
-local latched = redis.call('get', KEYS[9])
 if latched then
     return tonumber(latched)
 end
 seats_reclaim()
 local result = 0
-if redis.call('hexists', S_HOLDS, owner) == 1 then
+if holds_has(owner) then
     give_back(owner)
     result = 1
 end

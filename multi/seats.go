@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -205,19 +206,28 @@ func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration) (*SeatHo
 	if h.venues != nil {
 		return h.acquireAcross(ctx, wait, lease)
 	}
-	owner := wire.Owner(h.s.ID, h.s.NewThreadID())
+	// wire.Owner's format, without fmt.
+	owner := h.s.ID + ":" + strconv.FormatInt(h.s.NewThreadID(), 10)
 	queue := wait != 0
-	e := &seatsEngine{s: h.s, k: h.k, seats: h.names}
-	m, err := core.NewHold(h.s, h.k.Holds, owner, e, core.KindSeats, queue)
+	// The engine, the SeatHold and the token live in one allocation.
+	a := &seatsAcquisition{e: seatsEngine{s: h.s, k: h.k, seats: h.names}}
+	m, err := core.NewHold(h.s, h.k.Holds, owner, &a.e, core.KindSeats, queue)
 	if err != nil {
 		return nil, err
 	}
-	var token int64
-	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &token})
+	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token})
 	if err != nil || !ok {
 		return nil, err
 	}
-	return &SeatHold{m: m, token: token, names: h.names}, nil
+	a.p.m, a.p.names = m, h.names
+	return &a.p, nil
+}
+
+// seatsAcquisition is what one OneVenue acquisition allocates besides its
+// hold.
+type seatsAcquisition struct {
+	e seatsEngine
+	p SeatHold
 }
 
 // acquireAcross is an AcrossVenues acquisition: a MultiLock over one

@@ -499,8 +499,8 @@ var seatsHistoryBroken = []struct {
 			"    join_all(owner, mine) -- the next step\n"},
 	}},
 	{"grants when heading only some of its queues", wire.FileSeatsAcquire, [][2]string{
-		{"if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner) then",
-			"if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner and s == seats[1]) then"},
+		{"if seat_holder(s) or (h and h ~= owner) then",
+			"if seat_holder(s) or (h and h ~= owner and s == seats[1]) then"},
 	}},
 	{"a release wakes nobody", wire.FileSeatsRelease, [][2]string{
 		{"finish_all() -- the release's wake-ups\n", "\n"},

@@ -25,8 +25,8 @@ var seatsBroken = []struct {
 			"    join_all(owner, mine) -- the next step\n"},
 	}, true},
 	{"grants when heading only some of its queues", wire.FileSeatsAcquire, [][2]string{
-		{"if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner) then",
-			"if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner and s == seats[1]) then"},
+		{"if seat_holder(s) or (h and h ~= owner) then",
+			"if seat_holder(s) or (h and h ~= owner and s == seats[1]) then"},
 	}, true},
 	{"a release wakes nobody", wire.FileSeatsRelease, [][2]string{
 		{"finish_all() -- the release's wake-ups\n", "\n"},
@@ -38,7 +38,7 @@ var seatsBroken = []struct {
 		{"    latch_grant(KEYS[9], latch_ttl, token)\n", ""},
 	}, false},
 	{"an ended lease is not reclaimed", wire.FileSeatsAcquire, [][2]string{
-		{"ipairs(redis.call('zrangebyscore', S_LEASES, '-inf', S_NOW))", "ipairs({})"},
+		{"    for _, o in ipairs(ended) do\n        give_back(o)\n", "    for _, o in ipairs({}) do\n        give_back(o)\n"},
 	}, false},
 }
 

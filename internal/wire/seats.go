@@ -112,7 +112,7 @@ func SeatsSource(file string) string {
 // SeatsScripts is one loaded set of the seats scripts. SeatsDefault is the
 // real set; tests build broken sets with EditSeats.
 type SeatsScripts struct {
-	byFile map[string]*redis.Script
+	set *Scripts // the sources, digests and go-redis scripts (exec.go's calls)
 }
 
 // SeatsDefault is the set every multi-seat hold uses.
@@ -121,24 +121,38 @@ var SeatsDefault = sync.OnceValue(func() *SeatsScripts { return EditSeats(nil) }
 // EditSeats builds a set whose sources are edit(file, source); nil leaves
 // them as they are.
 func EditSeats(edit func(file, src string) string) *SeatsScripts {
-	s := &SeatsScripts{byFile: make(map[string]*redis.Script, len(SeatsFiles))}
+	s := &SeatsScripts{set: newScripts(len(SeatsFiles))}
 	for _, f := range SeatsFiles {
 		src := SeatsSource(f)
 		if edit != nil {
 			src = edit(f, src)
 		}
-		s.byFile[f] = redis.NewScript(src)
+		s.set.add(f, src)
 	}
 	return s
 }
 
 // Script returns the loaded script of file.
 func (s *SeatsScripts) Script(file string) *redis.Script {
-	sc, ok := s.byFile[file]
+	sc, ok := s.set.byFile[file]
 	if !ok {
 		panic("lua: no seats script " + file)
 	}
 	return sc
+}
+
+// call starts a call of file with KEYS[1..8] (common), one more key
+// (extra), seats more keys and nargs arguments, sent as the locks' hot
+// scripts are (exec.go: one prebuilt EVALSHA argument list, repeating
+// values boxed once, no redis.Script.Run copy and no fresh key slice).
+func (s *SeatsScripts) call(file string, k SeatsKeys, extra string, seats []string, nargs int) cmdBuf {
+	c := s.set.cmd(file, 9+len(seats), nargs)
+	c.key(k.Holds).key(k.Leases).key(k.Seat).key(k.Req).key(k.Queue).key(k.Grace).key(k.Token).key(k.Channel)
+	c.str(extra)
+	for _, n := range seats {
+		c.key(n)
+	}
+	return c
 }
 
 // SeatsArgs are the values a seats script call may need. Durations are
@@ -190,6 +204,10 @@ func seatsErr(err error) error {
 		{"owner is queued for other seats", ErrSeatsOtherSeats},
 		{"is also the name of a held lock", ErrSeatsMixed},
 		{"fairlock: seats key ", ErrSeatsWrongType},
+		// A command of the hot scripts that met a key of another type
+		// before anything was written (token_check's GET of the token
+		// key): Redis's own error.
+		{"WRONGTYPE", ErrSeatsWrongType},
 		{"fairlock: seats: bad arguments", ErrSeatsBadArgs},
 		{"acquisition request abandoned", ErrAbandoned},
 		{"already granted and its hold is over", ErrGrantOver},
@@ -223,8 +241,9 @@ func (s *SeatsScripts) Acquire(ctx context.Context, rdb redis.Scripter, k SeatsK
 	if a.Queue {
 		q = 1
 	}
-	keys := append(k.common(k.AcquireLatch(a.AcquireID)), a.Seats...)
-	v, err := s.run(ctx, rdb, FileSeatsAcquire, keys, a.LeaseMs, a.Owner, latchMs, a.GraceMs, a.pubCmd(), q).Int64Slice()
+	c := s.call(FileSeatsAcquire, k, k.AcquireLatch(a.AcquireID), a.Seats, 6)
+	c.num(a.LeaseMs).str(a.Owner).num(latchMs).num(a.GraceMs).key(a.pubCmd()).num(int64(q))
+	v, err := c.run(ctx, rdb).Int64Slice()
 	if err != nil {
 		return SeatsResult{}, seatsErr(err)
 	}
@@ -245,8 +264,9 @@ func (s *SeatsScripts) Release(ctx context.Context, rdb redis.Scripter, k SeatsK
 	if a.ReleaseID != "" {
 		latchMs = max(a.LatchMs, 1)
 	}
-	n, err := s.run(ctx, rdb, FileSeatsRelease, k.common(k.ReleaseLatch(a.ReleaseID)),
-		a.Owner, latchMs, a.GraceMs, a.pubCmd()).Int64()
+	c := s.call(FileSeatsRelease, k, k.ReleaseLatch(a.ReleaseID), nil, 4)
+	c.str(a.Owner).num(latchMs).num(a.GraceMs).key(a.pubCmd())
+	n, err := c.run(ctx, rdb).Int64()
 	return n == 1, seatsErr(err)
 }
 

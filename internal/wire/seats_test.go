@@ -152,3 +152,111 @@ func TestSeatsContract(t *testing.T) {
 		}
 	})
 }
+
+// The hot scripts check no types with TYPE: every key they may write is
+// read with a command of its type first (seats_guard, token_check, the
+// latches). A key of another type must still be ErrSeatsWrongType with
+// nothing written, whichever key it is, on a venue with a holder and a
+// waiter (so that a call would otherwise write).
+func TestSeatsWrongType(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		s := wire.SeatsDefault()
+		for i, which := range []string{"holds", "leases", "seat", "req", "queue", "grace", "token", "acquire latch", "release latch"} {
+			venue := redistest.Prefix(t) + "wt" + string(rune('a'+i))
+			k := wire.SeatsKeysFor(venue)
+			A, B := "{"+venue+"}:A", "{"+venue+"}:B"
+			arg := func(owner, id string, seats ...string) wire.SeatsArgs {
+				return wire.SeatsArgs{Owner: owner, Seats: seats, LeaseMs: 60000, GraceMs: 5000, Queue: true,
+					AcquireID: id, LatchMs: 60000, ReleaseID: "r-" + id}
+			}
+			r, err := s.Acquire(ctx, rdb, k, arg("u:H", "h", A))
+			require.NoError(t, err)
+			require.True(t, r.Granted)
+			r, err = s.Acquire(ctx, rdb, k, arg("u:X", "x", A, B))
+			require.NoError(t, err)
+			require.False(t, r.Granted)
+			// Y's request for B would queue behind X; H's release would
+			// give A back, wake X and start its grace.
+			key := map[string]string{"holds": k.Holds, "leases": k.Leases, "seat": k.Seat, "req": k.Req,
+				"queue": k.Queue, "grace": k.Grace, "token": k.Token,
+				"acquire latch": k.AcquireLatch("y"), "release latch": k.ReleaseLatch("h")}[which]
+			require.NoError(t, rdb.Del(ctx, key).Err())
+			if which == "token" || which == "acquire latch" || which == "release latch" {
+				require.NoError(t, rdb.SAdd(ctx, key, "x").Err())
+			} else {
+				require.NoError(t, rdb.Set(ctx, key, "x", 0).Err())
+			}
+			all := []string{k.Holds, k.Leases, k.Seat, k.Req, k.Queue, k.Grace, k.Token,
+				k.AcquireLatch("y"), k.ReleaseLatch("h"), k.AcquireLatch("h2")}
+			snapshot := func() map[string]string {
+				m := map[string]string{}
+				for _, x := range all {
+					m[x] = rdb.Dump(ctx, x).Val()
+				}
+				return m
+			}
+			before := snapshot()
+			if which != "release latch" { // the acquisition does not use it
+				_, err = s.Acquire(ctx, rdb, k, arg("u:Y", "y", B))
+				require.ErrorIs(t, err, wire.ErrSeatsWrongType, "%s: acquire", which)
+			}
+			if which != "acquire latch" && which != "release latch" {
+				_, err = s.Acquire(ctx, rdb, k, arg("u:H", "h2", A))
+				require.ErrorIs(t, err, wire.ErrSeatsWrongType, "%s: acquire by the holder", which)
+			}
+			_, err = s.Release(ctx, rdb, k, wire.SeatsArgs{Owner: "u:H", ReleaseID: "h", LatchMs: 60000, GraceMs: 5000})
+			if which != "token" && which != "acquire latch" {
+				require.ErrorIs(t, err, wire.ErrSeatsWrongType, "%s: release", which)
+			}
+			if which == "token" || which == "acquire latch" {
+				require.NoError(t, err, "%s: the release does not use this key", which)
+				continue
+			}
+			assert.Equal(t, before, snapshot(), "%s: nothing written", which)
+		}
+	})
+}
+
+// With no waiter and nothing to reclaim the hot scripts leave the grace
+// hash unread until the acquisition is not granted (it then reads it
+// before joining); a grace key of another type is still an error with
+// nothing written there, and the release, which does not touch it then,
+// works.
+func TestSeatsWrongTypeGraceQuiet(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		s := wire.SeatsDefault()
+		venue := redistest.Prefix(t) + "wtq"
+		k := wire.SeatsKeysFor(venue)
+		A := "{" + venue + "}:A"
+		arg := func(owner, id string, queue bool) wire.SeatsArgs {
+			return wire.SeatsArgs{Owner: owner, Seats: []string{A}, LeaseMs: 60000, GraceMs: 5000, Queue: queue,
+				AcquireID: id, LatchMs: 60000}
+		}
+		r, err := s.Acquire(ctx, rdb, k, arg("u:H", "h", true))
+		require.NoError(t, err)
+		require.True(t, r.Granted)
+		require.NoError(t, rdb.Set(ctx, k.Grace, "x", 0).Err())
+		all := []string{k.Holds, k.Leases, k.Seat, k.Req, k.Queue, k.Grace, k.Token, k.AcquireLatch("y"), k.AcquireLatch("t")}
+		snapshot := func() map[string]string {
+			m := map[string]string{}
+			for _, x := range all {
+				m[x] = rdb.Dump(ctx, x).Val()
+			}
+			return m
+		}
+		before := snapshot()
+		_, err = s.Acquire(ctx, rdb, k, arg("u:Y", "y", true))
+		require.ErrorIs(t, err, wire.ErrSeatsWrongType)
+		_, err = s.Acquire(ctx, rdb, k, arg("u:T", "t", false))
+		require.ErrorIs(t, err, wire.ErrSeatsWrongType)
+		assert.Equal(t, before, snapshot(), "nothing written")
+		ok, err := s.Release(ctx, rdb, k, wire.SeatsArgs{Owner: "u:H", GraceMs: 5000})
+		require.NoError(t, err)
+		assert.True(t, ok)
+		assert.Equal(t, "string", rdb.Type(ctx, k.Grace).Val())
+	})
+}
