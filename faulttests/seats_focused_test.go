@@ -34,12 +34,13 @@ import (
 
 // seatsBroken are the variants: the file, and the text replaced.
 var seatsBroken = map[string]struct{ file, old, new string }{
-	"exclusion": {wire.FileSeatsAcquire, "if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner) then",
+	"exclusion": {wire.FileSeatsAcquire, "if seat_holder(s) or (h and h ~= owner) then",
 		"if (h and h ~= owner) then"},
-	"order": {wire.FileSeatsAcquire, "if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner) then",
-		"if redis.call('hexists', S_SEAT, s) == 1 or (h and h ~= owner and s == seats[1]) then"},
-	"liveness": {wire.FileSeatsAcquire, "ipairs(redis.call('zrangebyscore', S_LEASES, '-inf', S_NOW))", "ipairs({})"},
-	"dead":     {wire.FileSeatsRenew, "redis.call('zadd', leases, now + lease, owner)", "redis.call('zadd', leases, now + 5 * lease, owner)"},
+	"order": {wire.FileSeatsAcquire, "if seat_holder(s) or (h and h ~= owner) then",
+		"if seat_holder(s) or (h and h ~= owner and s == seats[1]) then"},
+	"liveness": {wire.FileSeatsAcquire, "    for _, o in ipairs(ended) do\n        give_back(o)\n",
+		"    for _, o in ipairs({}) do\n        give_back(o)\n"},
+	"dead": {wire.FileSeatsRenew, "redis.call('zadd', leases, now + lease, owner)", "redis.call('zadd', leases, now + 5 * lease, owner)"},
 }
 
 // seatsScripts is the option giving a client the broken variant name of
