@@ -519,7 +519,11 @@ func (h *seatsHarness) end(t *rapid.T, what string, before *model.Seats, onGrant
 	}
 	want := h.m.Woken[h.mWoken:]
 	h.mWoken = len(h.m.Woken)
-	if !slices.Equal(want, woken) {
+	// Who is woken is the rule (each once); the order of the PUBLISHes to
+	// distinct waiters' channels within one script is not: the script
+	// examines seats in the order it touched them, the model in its own
+	// (seen differing when one call readied heads in two queues).
+	if !slices.Equal(slices.Sorted(slices.Values(want)), slices.Sorted(slices.Values(woken))) {
 		h.fail(t, "after %s: woken %v, model %v", what, woken, want)
 	}
 	if err := h.compare(got); err != nil {
