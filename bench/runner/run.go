@@ -297,7 +297,10 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		return nil, err
 	}
 	defer t.close()
-	e := &env{addr: t.addr, prefix: randomPrefix(), cmds: &counter{}}
+	// Clients with default go-redis options, as users build them (issue
+	// 23); scenarios 1 and 2 also run each library as the runner did
+	// before (oldRunner).
+	e := &env{addr: t.addr, prefix: randomPrefix(), cmds: &counter{}, plain: true}
 	defer t.cleanup(context.WithoutCancel(ctx), e.prefix)
 	r.Machine = machine(ctx, t)
 
