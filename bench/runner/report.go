@@ -44,10 +44,10 @@ func (r *Results) Markdown(w io.Writer) {
 				}
 			}
 		}
-		p("%s", "\nEvery library runs three times in the rotation (issue 23). Its own row is called as users call it: a go-redis client with default options " +
-			"(no ContextTimeoutEnabled) and context.Background(). \"" + strings.TrimSpace(SufCanEnd) + "\": the same with a cancellable context (a context.WithCancel, as a request's); " +
-			"fairlock's locks then run each Redis call on a goroutine of its own so that it returns as soon as the context ends (none of the peers watches a context during a call). " +
-			"\"" + strings.TrimSpace(SufOld) + "\": as this runner called it before issue 23, a client with ContextTimeoutEnabled and a context that cannot end " +
+		p("%s", "\nEvery library runs three times in the rotation (issue 23). Its own row is called as users call it: a go-redis client with default options "+
+			"(no ContextTimeoutEnabled) and context.Background(). \""+strings.TrimSpace(SufCanEnd)+"\": the same with a cancellable context (a context.WithCancel, as a request's); "+
+			"fairlock's locks then run each Redis call on a goroutine of its own so that it returns as soon as the context ends (none of the peers watches a context during a call). "+
+			"\""+strings.TrimSpace(SufOld)+"\": as this runner called it before issue 23, a client with ContextTimeoutEnabled and a context that cannot end "+
 			"(context.WithoutCancel); rueidislock's client is not go-redis, so that row is configured as its own and shows the noise between two identical participants.\n\n")
 	}
 	if len(r.Contention) > 0 {
@@ -56,10 +56,10 @@ func (r *Results) Markdown(w io.Writer) {
 			"before each turn (and once at the end) the handoff chain floor takes %d samples, so that the floor row above is measured interleaved with these handoffs. "+
 			"The first %d grants of each turn (one per goroutine: the start-up burst) are a warm-up, left out of every figure. ", r.P.duration, r.P.contChunks,
 			r.P.duration/time.Duration(r.P.contChunks), r.P.chainChunk, r.P.contClients*r.P.contPerCl)
-		p("%s", "The holder only bumps a counter. Handoff latency: from just before the holder calls Unlock to just after " +
-			"the next holder's Lock returns (one in-process monotonic clock). Self: share of grants to the goroutine that released last " +
-			"(it calls Lock again at once; a lock without a queue often lets it barge ahead of the waiters). " +
-			"Handoffs to another goroutine: how many there were per round; for a polling lock they are the few polls that landed while the lock was free, " +
+		p("%s", "The holder only bumps a counter. Handoff latency: from just before the holder calls Unlock to just after "+
+			"the next holder's Lock returns (one in-process monotonic clock). Self: share of grants to the goroutine that released last "+
+			"(it calls Lock again at once; a lock without a queue often lets it barge ahead of the waiters). "+
+			"Handoffs to another goroutine: how many there were per round; for a polling lock they are the few polls that landed while the lock was free, "+
 			"a selected sample. The ratio to the chain floor is the ratio of the two medians over rounds. "+
 			"Each library takes its turns twice (issue 23): its own row as users call it (a go-redis client with default options; Lock gets a context with a deadline, as a request's, "+
 			"and Unlock a context.WithTimeout: fairlock runs each Redis call on a goroutine of its own), and \""+strings.TrimSpace(SufOld)+"\" as this runner called it before "+

@@ -18,7 +18,7 @@ const uncontendedChunk = 50
 // Lock+Unlock, or a floor (k EVALSHA of `return 1`).
 type cycler struct {
 	name  string
-	floor bool // a floor row, not a library
+	floor bool    // a floor row, not a library
 	kind  ctxKind // the context its cycles get in scenario 1
 	// canEnd: in the semaphore and seats scenarios, cycles get a context
 	// that can end; otherwise one that cannot (context.WithoutCancel).
