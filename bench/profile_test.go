@@ -193,3 +193,96 @@ func TestTraceUserHandoff(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkCallShapes prices the ways a call on a cancellable context can
+// be run, on one EVALSHA of `return 1` over a go-redis client with default
+// options: "inline" on the caller's goroutine (what a context that cannot
+// end gets); "goroutine" on a new goroutine per call, the caller waiting in
+// a select on the result and ctx.Done() (what internal/core/call.go does
+// today); "worker" on a long-lived goroutine that is handed the call over a
+// channel (a warm stack and no goroutine creation, the same two hand-offs);
+// "afterfunc" inline with a context.AfterFunc registered and stopped around
+// it (what a cancellation hook that needs no hop would cost to arm).
+func BenchmarkCallShapes(b *testing.B) {
+	be := redistest.Real(b)
+	rdb := redis.NewClient(&redis.Options{Addr: be.Addr})
+	b.Cleanup(func() { _ = rdb.Close() })
+	s := redis.NewScript("return 1")
+	if err := s.Load(context.Background(), rdb).Err(); err != nil {
+		b.Fatal(err)
+	}
+	call := func(ctx context.Context) (int64, error) { return s.EvalSha(ctx, rdb, nil).Int64() }
+	type res struct {
+		v   int64
+		err error
+	}
+	shapes := map[string]func(ctx context.Context) (int64, error){
+		"inline": call,
+		"goroutine": func(ctx context.Context) (int64, error) {
+			ch := make(chan res, 1)
+			go func() {
+				v, err := call(ctx)
+				ch <- res{v, err}
+			}()
+			select {
+			case r := <-ch:
+				return r.v, r.err
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+		},
+		"afterfunc": func(ctx context.Context) (int64, error) {
+			stop := context.AfterFunc(ctx, func() {})
+			defer stop()
+			return call(ctx)
+		},
+	}
+	type job struct {
+		ctx context.Context
+		out chan res
+	}
+	jobs := make(chan job)
+	defer close(jobs)
+	go func() {
+		for j := range jobs {
+			v, err := call(j.ctx)
+			j.out <- res{v, err}
+		}
+	}()
+	out := make(chan res, 1) // one caller at a time here; a real pool needs one per call or a free list
+	shapes["worker"] = func(ctx context.Context) (int64, error) {
+		select {
+		case jobs <- job{ctx, out}:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		select {
+		case r := <-out:
+			return r.v, r.err
+		case <-ctx.Done():
+			return 0, ctx.Err() // (a real pool must not reuse out after this)
+		}
+	}
+	for _, name := range []string{"inline", "goroutine", "worker", "afterfunc"} {
+		f := shapes[name]
+		b.Run(name, func(b *testing.B) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for range 50 {
+				if _, err := f(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			g0 := goroutinesCreated()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := f(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(goroutinesCreated()-g0)/float64(b.N), "goroutines/op")
+		})
+	}
+}
