@@ -61,6 +61,13 @@ func TestQuickRun(t *testing.T) {
 		if n := strings.Count(md, "| "+l.Name+" |"); n != want {
 			t.Errorf("%s has %d table rows, want %d", l.Name, n, want)
 		}
+		// issue 23's extra participants: scenario 1 with a cancellable
+		// context, scenarios 1 and 2 as the runner called them before
+		for suf, want := range map[string]int{runner.SufCanEnd: 1, runner.SufOld: 2} {
+			if n := strings.Count(md, "| "+l.Name+suf+" |"); n != want {
+				t.Errorf("%s has %d table rows, want %d", l.Name+suf, n, want)
+			}
+		}
 	}
 	if n := res.Violations(); n != 0 {
 		t.Errorf("%d grants while another goroutine held the lock", n)

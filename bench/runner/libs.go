@@ -54,9 +54,41 @@ type env struct {
 	prefix string   // every key this run touches starts with it (or carries it in a {tag})
 	cmds   *counter // client-side command counter (round trips)
 	// plain: go-redis clients with default options (no
-	// ContextTimeoutEnabled), as most users build them (issue 23); the
-	// semaphore scenario's clients.
+	// ContextTimeoutEnabled), as most users build them (issue 23): every
+	// scenario's clients, except the "old runner" participants of
+	// scenarios 1 and 2 (oldRunner), which keep the configuration this
+	// runner used before issue 23.
 	plain bool
+}
+
+// SufCanEnd and SufOld name the extra participants of scenarios 1 and 2
+// (issue 23). A library's own row is called as users call it: default
+// go-redis options, context.Background() for an uncontended cycle, a
+// cancellable context (a request's) for a wait. SufCanEnd: the uncontended
+// cycle with a cancellable context (context.WithCancel). SufOld: this
+// runner's configuration before issue 23, ContextTimeoutEnabled on every
+// go-redis client and contexts that cannot end (or, for the waits of
+// scenario 2, a deadline that such a client enforces itself): fairlock's
+// calls then run inline.
+const (
+	SufCanEnd = " (ctx can end)"
+	SufOld    = " (old runner: ContextTimeoutEnabled, ctx cannot end)"
+)
+
+// oldRunner is lib as this runner called it before issue 23: its go-redis
+// clients built with ContextTimeoutEnabled. rueidislock's client is not
+// go-redis: its old-runner participant is configured as its own row, a
+// control of the noise between two identical participants.
+func oldRunner(lib Lib) Lib {
+	v := lib
+	v.Name = lib.Name + SufOld
+	open := lib.open
+	v.open = func(e *env) (client, error) {
+		old := *e
+		old.plain = false
+		return open(&old)
+	}
+	return v
 }
 
 // counter counts the commands sent by the go-redis and rueidis clients of a

@@ -38,15 +38,17 @@ func (r *Results) Markdown(w io.Writer) {
 			}
 		}
 		for _, l := range r.libs {
-			for _, name := range []string{l.Name, l.Name + " (ctx can end)"} {
+			for _, name := range []string{l.Name, l.Name + SufCanEnd, l.Name + SufOld} {
 				if ur, ok := r.Uncontended[name]; ok {
 					p("| %s | %s | %s | %s | %s | %s |\n", name, ur.med.cell(fmtUs), ur.p99.cell(fmtUs), ur.allocs.cell(fmt1), ur.rtt.cell(fmt2), ur.server.cell(fmtUs))
 				}
 			}
 		}
-		p("\nEvery library is called with a context that cannot end (context.WithoutCancel of the run's), the same for all: none of the peers watches a context " +
-			"during a Redis call. fairlock's locks do when the context can end (each call then runs on a goroutine of its own and returns as soon as the context ends); " +
-			"the row \"(ctx can end)\" is the reentrant lock called with the run's cancellable context, to show that cost.\n\n")
+		p("%s", "\nEvery library runs three times in the rotation (issue 23). Its own row is called as users call it: a go-redis client with default options "+
+			"(no ContextTimeoutEnabled) and context.Background(). \""+strings.TrimSpace(SufCanEnd)+"\": the same with a cancellable context (a context.WithCancel, as a request's); "+
+			"fairlock's locks then run each Redis call on a goroutine of its own so that it returns as soon as the context ends (none of the peers watches a context during a call). "+
+			"\""+strings.TrimSpace(SufOld)+"\": as this runner called it before issue 23, a client with ContextTimeoutEnabled and a context that cannot end "+
+			"(context.WithoutCancel); rueidislock's client is not go-redis, so that row is configured as its own and shows the noise between two identical participants.\n\n")
 	}
 	if len(r.Contention) > 0 {
 		p("### Scenario 2: contention, %d clients × %d goroutines on one lock\n\n", r.P.contClients, r.P.contPerCl)
@@ -54,23 +56,31 @@ func (r *Results) Markdown(w io.Writer) {
 			"before each turn (and once at the end) the handoff chain floor takes %d samples, so that the floor row above is measured interleaved with these handoffs. "+
 			"The first %d grants of each turn (one per goroutine: the start-up burst) are a warm-up, left out of every figure. ", r.P.duration, r.P.contChunks,
 			r.P.duration/time.Duration(r.P.contChunks), r.P.chainChunk, r.P.contClients*r.P.contPerCl)
-		p("The holder only bumps a counter. Handoff latency: from just before the holder calls Unlock to just after " +
-			"the next holder's Lock returns (one in-process monotonic clock). Self: share of grants to the goroutine that released last " +
-			"(it calls Lock again at once; a lock without a queue often lets it barge ahead of the waiters). " +
-			"Handoffs to another goroutine: how many there were per round; for a polling lock they are the few polls that landed while the lock was free, " +
-			"a selected sample. The ratio to the chain floor is the ratio of the two medians over rounds.\n\n")
+		p("%s", "The holder only bumps a counter. Handoff latency: from just before the holder calls Unlock to just after "+
+			"the next holder's Lock returns (one in-process monotonic clock). Self: share of grants to the goroutine that released last "+
+			"(it calls Lock again at once; a lock without a queue often lets it barge ahead of the waiters). "+
+			"Handoffs to another goroutine: how many there were per round; for a polling lock they are the few polls that landed while the lock was free, "+
+			"a selected sample. The ratio to the chain floor is the ratio of the two medians over rounds. "+
+			"Each library takes its turns twice (issue 23): its own row as users call it (a go-redis client with default options; Lock gets a context with a deadline, as a request's, "+
+			"and Unlock a context.WithTimeout: fairlock runs each Redis call on a goroutine of its own), and \""+strings.TrimSpace(SufOld)+"\" as this runner called it before "+
+			"(ContextTimeoutEnabled: the client enforces the same deadlines and fairlock's calls run inline). The chain floor's clients have default options and its "+
+			"acquisition a cancellable context.\n\n")
 		chain := math.NaN()
 		if fc, ok := r.Floor[FloorChain]; ok {
 			chain = fc.med.Median()
 		}
 		p("| library | wake-up | grants/s | self %% | handoff median, any next holder | handoffs to another goroutine | handoff median, to another goroutine | to another goroutine / chain floor | handoff p99, to another goroutine | exclusion violations | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, l := range r.libs {
-			if cr, ok := r.Contention[l.Name]; ok {
+			for _, name := range []string{l.Name, l.Name + SufOld} {
+				cr, ok := r.Contention[name]
+				if !ok {
+					continue
+				}
 				ratio := "n/a"
 				if q := cr.medOther.Median() / chain; !math.IsNaN(q) {
 					ratio = fmt2(q)
 				}
-				p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", l.Name, l.Wakeup, cr.rate.cell(fmtInt), cr.selfPct.cell(fmtInt), cr.med.cell(fmtUs),
+				p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", name, l.Wakeup, cr.rate.cell(fmtInt), cr.selfPct.cell(fmtInt), cr.med.cell(fmtUs),
 					cr.nOther.cell(fmtInt), cr.medOther.cell(fmtUs), ratio, cr.p99Other.cell(fmtUs), cr.violations, errCell(cr.errors, cr.firstErr))
 			}
 		}

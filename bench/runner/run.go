@@ -5,7 +5,12 @@
 // in chunks of 50 per library, round-robin within each round, after a
 // warm-up; the contention scenario runs in turns of every library, with the
 // handoff chain floor measured between the turns; the other scenarios run
-// every library once per round. The semaphore scenario (issue 21) compares
+// every library once per round. Every go-redis client has default options
+// and every call the context a user would pass (issue 23:
+// context.Background() for an uncontended cycle, a cancellable context for
+// a wait); scenarios 1 and 2 also run each library as the runner did before
+// (ContextTimeoutEnabled, contexts that cannot end), and scenario 1 with a
+// cancellable context, as extra rows. The semaphore scenario (issue 21) compares
 // the fair semaphore with the fair lock's engines on clients with default
 // go-redis options (semaphore.go); the seats scenario (issue 22) compares
 // a fair 4-seat hold with one fair lock's cycle the same way (seats.go).
@@ -297,7 +302,10 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		return nil, err
 	}
 	defer t.close()
-	e := &env{addr: t.addr, prefix: randomPrefix(), cmds: &counter{}}
+	// Clients with default go-redis options, as users build them (issue
+	// 23); scenarios 1 and 2 also run each library as the runner did
+	// before (oldRunner).
+	e := &env{addr: t.addr, prefix: randomPrefix(), cmds: &counter{}, plain: true}
 	defer t.cleanup(context.WithoutCancel(ctx), e.prefix)
 	r.Machine = machine(ctx, t)
 

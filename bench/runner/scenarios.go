@@ -224,9 +224,18 @@ func (r *Results) runContention(ctx context.Context, e *env, t *target) {
 	}
 	merged := map[string]*contendResult{}
 	failed := map[string]bool{}
+	// Each library twice (issue 23): as users call it (default go-redis
+	// options; the waits get a context with a deadline, as a request's,
+	// and fairlock's calls on it run on a goroutine each), and as this
+	// runner called it before (ContextTimeoutEnabled: the same deadline is
+	// enforced by the client, and fairlock's calls run inline).
+	var parts []Lib
+	for _, lib := range r.libs {
+		parts = append(parts, lib, oldRunner(lib))
+	}
 	for pass := range r.P.contChunks {
-		for i := range r.libs {
-			lib := r.libs[(i+pass)%len(r.libs)]
+		for i := range parts {
+			lib := parts[(i+pass)%len(parts)]
 			if failed[lib.Name] || ctx.Err() != nil {
 				continue
 			}
@@ -253,7 +262,7 @@ func (r *Results) runContention(ctx context.Context, e *env, t *target) {
 		rig.close()
 	}
 	r.addChain(chain)
-	for _, lib := range r.libs {
+	for _, lib := range parts {
 		if m := merged[lib.Name]; m != nil && !failed[lib.Name] {
 			row(r.Contention, lib.Name).add(*m)
 		}

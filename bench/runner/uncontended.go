@@ -18,9 +18,10 @@ const uncontendedChunk = 50
 // Lock+Unlock, or a floor (k EVALSHA of `return 1`).
 type cycler struct {
 	name  string
-	floor bool // a floor row, not a library
-	// canEnd: cycles get the run's context, which can end; otherwise one
-	// that cannot (context.WithoutCancel), as most benchmarks pass.
+	floor bool    // a floor row, not a library
+	kind  ctxKind // the context its cycles get in scenario 1
+	// canEnd: in the semaphore and seats scenarios, cycles get a context
+	// that can end; otherwise one that cannot (context.WithoutCancel).
 	canEnd bool
 	cycle  func(ctx context.Context) error
 	close  func()
@@ -29,6 +30,15 @@ type cycler struct {
 	allocs uint64 // runtime.MemStats.Mallocs over this round's measured chunks
 	cmds   int64  // client-side commands over this round's measured chunks
 }
+
+// ctxKind is the context an uncontended participant's cycles get.
+type ctxKind int
+
+const (
+	ctxBackground ctxKind = iota // context.Background(), as a user's uncontended call
+	ctxCanEnd                    // a context.WithCancel of the run's, as a request's context
+	ctxStill                     // context.WithoutCancel of the run's (the runner before issue 23)
+)
 
 func floorCycler(e *env, name string, k int) (*cycler, error) {
 	rdb := e.goredis() // with the same hook as the libraries' clients
@@ -98,38 +108,40 @@ func (r *Results) runUncontended(ctx context.Context, e *env, t *target, withFlo
 		}
 	}
 	if withLibs {
+		// Each library three times (issue 23): as users call it, on a
+		// client with default go-redis options with context.Background();
+		// the same with a cancellable context (a request's: fairlock's
+		// calls then run on a goroutine each, so that they return as soon
+		// as it ends); and as this runner called it before, on a client
+		// with ContextTimeoutEnabled with a context that cannot end.
 		for _, lib := range r.libs {
-			c, err := libCycler(e, lib)
-			if err != nil {
-				r.fail(ScUncontended, lib.Name, err)
-				continue
-			}
-			cs = append(cs, c)
-			if lib.Name == "fairlock/reentrant" {
-				// The same lock called with a context that can end: each
-				// Redis call then runs on a goroutine of its own, so that
-				// it returns as soon as the context ends (docs/design.md,
-				// "Every call bounded by its ctx"). Shown beside it.
-				c2, err := libCycler(e, lib)
+			for _, v := range []struct {
+				lib  Lib
+				name string
+				kind ctxKind
+			}{{lib, lib.Name, ctxBackground}, {lib, lib.Name + SufCanEnd, ctxCanEnd}, {oldRunner(lib), lib.Name + SufOld, ctxStill}} {
+				c, err := libCycler(e, v.lib)
 				if err != nil {
-					r.fail(ScUncontended, lib.Name, err)
+					r.fail(ScUncontended, v.name, err)
 					continue
 				}
-				c2.name, c2.canEnd = lib.Name+" (ctx can end)", true
-				cs = append(cs, c2)
+				c.name, c.kind = v.name, v.kind
+				cs = append(cs, c)
 			}
 		}
 	}
 	failed := map[*cycler]bool{}
-	// Every library is called with a context that cannot end, the same
-	// for all: none of the peers watches a context during a Redis call;
-	// fairlock's locks do when it can end, at a cost shown in its own row.
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	still := context.WithoutCancel(ctx)
 	ctxOf := func(c *cycler) context.Context {
-		if c.canEnd {
-			return ctx
+		switch c.kind {
+		case ctxCanEnd:
+			return cctx
+		case ctxStill:
+			return still
 		}
-		return still
+		return context.Background()
 	}
 	fail := func(c *cycler, err error) {
 		failed[c] = true
