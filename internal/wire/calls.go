@@ -60,11 +60,35 @@ func acquireErr(err error) error {
 	return mixed(err)
 }
 
-func (a Args) pubCmd() string {
-	if a.PubCmd == "" {
-		return Publish
+func (a Args) pubCmd() string { return pub(a.PubCmd) }
+
+// errMarker maps an error reply whose text contains marker to err.
+type errMarker struct {
+	marker string
+	err    error
+}
+
+// latchMarkers are the latch replies every latched acquisition shares.
+var latchMarkers = []errMarker{
+	{"acquisition request abandoned", ErrAbandoned},
+	{"already granted and its hold is over", ErrGrantOver},
+}
+
+// markErr joins err with the error of the first of own's markers, or of
+// latchMarkers', that its text contains; err as it is otherwise.
+func markErr(err error, own []errMarker) error {
+	if err == nil {
+		return nil
 	}
-	return a.PubCmd
+	msg := err.Error()
+	for _, ms := range [2][]errMarker{own, latchMarkers} {
+		for _, m := range ms {
+			if strings.Contains(msg, m.marker) {
+				return errors.Join(m.err, err)
+			}
+		}
+	}
+	return err
 }
 
 // UnlockResult is the outcome of an unlock script.

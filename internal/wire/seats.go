@@ -169,12 +169,7 @@ type SeatsArgs struct {
 	PubCmd    string   // "publish" (default when empty) or "spublish"
 }
 
-func (a SeatsArgs) pubCmd() string {
-	if a.PubCmd == "" {
-		return Publish
-	}
-	return a.PubCmd
-}
+func (a SeatsArgs) pubCmd() string { return pub(a.PubCmd) }
 
 // Errors of the seats scripts (besides ErrAbandoned and ErrGrantOver,
 // shared with the locks). Each reports a call that changed nothing.
@@ -191,32 +186,18 @@ var (
 	ErrSeatsBadArgs = errors.New("fairlock: seats: bad arguments")
 )
 
-func seatsErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	for _, m := range []struct {
-		marker string
-		err    error
-	}{
-		{"owner already holds seats", ErrSeatsAlreadyHolds},
-		{"owner is queued for other seats", ErrSeatsOtherSeats},
-		{"is also the name of a held lock", ErrSeatsMixed},
-		{"fairlock: seats key ", ErrSeatsWrongType},
-		// A command of the hot scripts that met a key of another type
-		// before anything was written (token_check's GET of the token
-		// key): Redis's own error.
-		{"WRONGTYPE", ErrSeatsWrongType},
-		{"fairlock: seats: bad arguments", ErrSeatsBadArgs},
-		{"acquisition request abandoned", ErrAbandoned},
-		{"already granted and its hold is over", ErrGrantOver},
-	} {
-		if strings.Contains(msg, m.marker) {
-			return errors.Join(m.err, err)
-		}
-	}
-	return err
+func seatsErr(err error) error { return markErr(err, seatsMarkers) }
+
+var seatsMarkers = []errMarker{
+	{"owner already holds seats", ErrSeatsAlreadyHolds},
+	{"owner is queued for other seats", ErrSeatsOtherSeats},
+	{"is also the name of a held lock", ErrSeatsMixed},
+	{"fairlock: seats key ", ErrSeatsWrongType},
+	// A command of the hot scripts that met a key of another type before
+	// anything was written (token_check's GET of the token key): Redis's
+	// own error.
+	{"WRONGTYPE", ErrSeatsWrongType},
+	{"fairlock: seats: bad arguments", ErrSeatsBadArgs},
 }
 
 // SeatsResult is the outcome of an acquisition.

@@ -111,6 +111,8 @@ func (k SemKeys) UnlockLatch(request string) string { return k.ulatch + ":" + re
 // LatchPrefix is the prefix of every acquisition latch of the semaphore.
 func (k SemKeys) LatchPrefix() string { return k.latch + ":" }
 
+// pub is cmd, or "publish" when cmd is empty (the PubCmd default of every
+// argument type).
 func pub(cmd string) string {
 	if cmd == "" {
 		return Publish

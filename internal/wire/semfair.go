@@ -172,12 +172,7 @@ type SemArgs struct {
 	PubCmd    string // "publish" (default when empty) or "spublish"
 }
 
-func (a SemArgs) pubCmd() string {
-	if a.PubCmd == "" {
-		return Publish
-	}
-	return a.PubCmd
-}
+func (a SemArgs) pubCmd() string { return pub(a.PubCmd) }
 
 // Errors of the fair semaphore's scripts (besides ErrAbandoned and
 // ErrGrantOver, shared with the locks). Each reports a call that changed
@@ -195,31 +190,17 @@ var (
 	ErrSemWrongType = errors.New("fairlock: semaphore key holds the wrong type")
 )
 
-func semErr(err error) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	for _, m := range []struct {
-		marker string
-		err    error
-	}{
-		{"semaphore permits not set", ErrSemNotSet},
-		{"permits, the pool has", ErrSemTooMany},
-		{"semaphore owner already holds permits", ErrSemAlreadyHolds},
-		{"semaphore pool would be negative", ErrSemNegative},
-		{"fairlock: semaphore key ", ErrSemWrongType},
-		// A command of the scripts that met a key of another type (the
-		// token key in token_check, a latch): Redis's own error.
-		{"WRONGTYPE", ErrSemWrongType},
-		{"acquisition request abandoned", ErrAbandoned},
-		{"already granted and its hold is over", ErrGrantOver},
-	} {
-		if strings.Contains(msg, m.marker) {
-			return errors.Join(m.err, err)
-		}
-	}
-	return err
+func semErr(err error) error { return markErr(err, semMarkers) }
+
+var semMarkers = []errMarker{
+	{"semaphore permits not set", ErrSemNotSet},
+	{"permits, the pool has", ErrSemTooMany},
+	{"semaphore owner already holds permits", ErrSemAlreadyHolds},
+	{"semaphore pool would be negative", ErrSemNegative},
+	{"fairlock: semaphore key ", ErrSemWrongType},
+	// A command of the scripts that met a key of another type (the
+	// token key in token_check, a latch): Redis's own error.
+	{"WRONGTYPE", ErrSemWrongType},
 }
 
 // SemAcquireResult is the outcome of an acquisition.
