@@ -151,7 +151,9 @@ local function sem_init(holders, leases, permits, queue, wants, grace_key, token
         return sem_wrong(permits, p.err)
     end
     if p then
-        if not string.match(p, '^%d+$') then
+        -- a count SetPermits could have written: at most 18 digits, so that
+        -- a value beyond int64 (damage) is not read as a huge pool
+        if not string.match(p, '^%d+$') or #p > 18 then
             return redis.error_reply('fairlock: semaphore permits key ' .. permits .. ' does not hold an integer >= 0')
         end
         POOL = tonumber(p)
