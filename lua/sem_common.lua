@@ -84,3 +84,22 @@ local function sem_all_held(timeouts, ids, now)
     end
     return true
 end
+
+-- The pool's count read as a Lua number, or nil when the pool holds what a
+-- Lua number cannot count exactly: not a number, not a whole number, or
+-- beyond 2^53 either way (Lua's numbers are doubles, so -9e18 + 3 is -9e18).
+-- Not in Redisson, whose scripts do the arithmetic regardless: setPermits
+-- and addPermits refuse such a pool (damage: no client writes one) rather
+-- than write a total off by the precision lost.
+local function sem_exact_count(value)
+    local n = tonumber(value)
+    if n == nil or n ~= math.floor(n) or n > 9007199254740992 or n < -9007199254740992 then
+        return nil
+    end
+    return n
+end
+
+-- The error reply for a pool sem_exact_count refuses.
+local function sem_inexact_pool(pool)
+    return redis.error_reply('fairlock: semaphore pool ' .. pool .. ' does not hold a whole number within 2^53')
+end

@@ -1501,12 +1501,54 @@ func runSemFairCase(t *testing.T, vals []string, f func(t *testing.T, s *semSeq,
 			tg := be.tg(t)
 			for _, v := range vals {
 				t.Run(strconv.Quote(v), func(t *testing.T) {
-					s := &semSeq{ctx: context.Background(), tg: tg, rdb: tg.fresh(t), fs: wire.SemFairDefault(), fk: semFairCorruptKeys}
+					s := &semSeq{ctx: context.Background(), tg: tg, rdb: tg.fresh(t), fs: wire.SemFairDefault(), fk: semFairCorruptKeys,
+						ex: wire.Default(), ek: semExpCorruptKeys}
 					f(t, s, v)
 				})
 			}
 		})
 	}
+}
+
+// A pool a Lua number cannot count exactly must not make setPermits or
+// addPermits write a total off by the precision lost. Found by
+// TestCorruptSemExpirable in CI: three permits held without a lease, the
+// pool damaged to -9e18 (-9e18 + 3 is -9e18 in a double); SetPermits 0 then
+// left miniredis's pool at 0 instead of -3, and three more permits went
+// out. Each call must now either refuse and leave the pool as it was, or
+// write the exact total.
+func TestSemExpirableInexactPoolRefused(t *testing.T) {
+	runSemFairCase(t, []string{"-9000000000000000000", "9000000000000000000", "1.5", "1e3", "x"}, func(t *testing.T, s *semSeq, val string) {
+		k := s.ek
+		if ok, err := s.ex.SemTrySetPermits(s.ctx, s.rdb, k, 3, ""); err != nil || !ok {
+			t.Fatalf("trySetPermits: %v %v", ok, err)
+		}
+		ids := []string{semID(1), semID(2), semID(3)}
+		if ok, _, err := s.ex.SemAcquire(s.ctx, s.rdb, k, wire.SemAcquireArgs{IDs: ids, LeaseMs: wire.NoLease, NowMs: wire.ServerClock}); err != nil || !ok {
+			t.Fatalf("acquire 3: %v %v", ok, err)
+		}
+		if err := s.rdb.Set(s.ctx, k.Pool, val, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		pool := func() string { return s.rdb.Get(s.ctx, k.Pool).Val() }
+		if err := s.ex.SemSetPermits(s.ctx, s.rdb, k, 0, ""); err != nil {
+			if p := pool(); p != val {
+				t.Fatalf("setPermits 0 refused (%v) but the pool moved from %s to %s", err, val, p)
+			}
+		} else if p := pool(); p != "-3" {
+			t.Fatalf("setPermits 0 with 3 held: the pool is %s, not -3 (it was %s)", p, val)
+		}
+		if err := s.rdb.Set(s.ctx, k.Pool, val, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.ex.SemAddPermits(s.ctx, s.rdb, k, 1, ""); err != nil {
+			if p := pool(); p != val {
+				t.Fatalf("addPermits 1 refused (%v) but the pool moved from %s to %s", err, val, p)
+			}
+		} else if n, perr := strconv.ParseFloat(pool(), 64); perr != nil || n < -1e15 || n > 1e15 {
+			t.Fatalf("addPermits 1 on a pool of %s wrote %q", val, pool())
+		}
+	})
 }
 
 // The test catches wrong scripts: the two fixes undone, and a release of
