@@ -203,7 +203,7 @@ func (q *acquisition) attempt() (bool, int64, error) {
 	// comes back: the current hold is valid no longer than that.
 	m.bound(sent, leaseMs)
 	args := q.a // the call may outlive this attempt: it gets its own copy
-	ok, ttl, err := call2(q.ctx, m.S.inline(q.ctx), q.closing, func(ctx context.Context) (bool, int64, error) {
+	ok, ttl, err := call2(q.ctx, m.S.how(q.ctx), q.closing, func(ctx context.Context) (bool, int64, error) {
 		return m.E.Try(ctx, args, q.o.Queue)
 	})
 	if (err != nil && !isScriptError(err)) || time.Since(sent) >= m.S.resendAfter {
@@ -243,7 +243,10 @@ func (q *acquisition) attempt() (bool, int64, error) {
 // on with a new request id (this one's latch says granted).
 func (q *acquisition) confirm() error {
 	m := q.m
-	err := callErr(q.ctx, m.S.inline(q.ctx), q.closing, func(ctx context.Context) error {
+	if !m.S.ackCanWait() {
+		return nil
+	}
+	err := callErr(q.ctx, m.S.how(q.ctx), q.closing, func(ctx context.Context) error {
 		if hc, ok := m.E.(HeldChecker); ok {
 			sc, keys, args := hc.HeldScript(m.Owner)
 			return m.S.confirm(ctx, m.Keys.Name, heldCheck{sc, keys, args})
@@ -288,7 +291,7 @@ func (q *acquisition) lateReply(token int64, kept bool) (bool, int64, error) {
 	q.late++
 	if q.late == 1 {
 		sent := time.Now()
-		held, err := callC(q.ctx, m.S.inline(q.ctx), q.closing, func(ctx context.Context) (bool, error) {
+		held, err := callC(q.ctx, m.S.how(q.ctx), q.closing, func(ctx context.Context) (bool, error) {
 			return m.S.reassert(ctx, m.WatchKind, m.Keys.Name, m.Owner, q.a.LeaseMs)
 		})
 		switch {

@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"reflect"
+	"time"
 )
 
 // Every Redis call the locks make is bounded by its context, whatever the
@@ -25,16 +26,30 @@ import (
 // Even a client with ContextTimeoutEnabled applies only deadlines, not
 // cancellation, so the goroutine is used for every context that can end; a
 // context that can never end (context.Background) runs the call inline.
+//
+// The goroutine is a session's worker (workers below) when one is idle: a
+// new goroutine per call cost about 25 µs per Redis call with a cancellable
+// context (creating it and growing its small stack inside go-redis, ≈16 µs;
+// the two hand-offs, ≈9 µs: docs/benchmarks.md, issue 23), which a reused
+// worker does not pay. The hand-offs stay: a call blocked on a stalled
+// socket can only be left behind by a caller on another goroutine.
 
 type result[T any] struct {
 	v   T
 	err error
 }
 
+// how says where a call runs: inline (on the caller's goroutine), or on a
+// worker of w (nil: a goroutine of its own).
+type how struct {
+	inline bool
+	w      *workers
+}
+
 // call runs f bounded by ctx: it returns f's result, or ctx's error as soon
 // as ctx ends, leaving f to finish in the background.
 func call[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	return callC(ctx, ctx.Done() == nil, nil, f)
+	return callC(ctx, how{inline: ctx.Done() == nil}, nil, f)
 }
 
 // callC is call that also returns ErrClosed as soon as closing is closed
@@ -46,8 +61,8 @@ func call[T any](ctx context.Context, f func(context.Context) (T, error)) (T, er
 // Inline is the fast path: handing the call to a goroutine costs a
 // scheduler wake-up on each side, which on a busy 2-core machine was most
 // of an uncontended Lock+Unlock (about 200 µs against 120 µs inline).
-func callC[T any](ctx context.Context, inline bool, closing <-chan struct{}, f func(context.Context) (T, error)) (T, error) {
-	if inline {
+func callC[T any](ctx context.Context, h how, closing <-chan struct{}, f func(context.Context) (T, error)) (T, error) {
+	if h.inline {
 		return f(ctx)
 	}
 	if err := ctx.Err(); err != nil {
@@ -55,10 +70,10 @@ func callC[T any](ctx context.Context, inline bool, closing <-chan struct{}, f f
 		return zero, err
 	}
 	ch := make(chan result[T], 1)
-	go func() {
+	h.w.run(func() {
 		v, err := f(ctx)
 		ch <- result[T]{v, err}
-	}()
+	})
 	select {
 	case r := <-ch:
 		return r.v, r.err
@@ -72,15 +87,15 @@ func callC[T any](ctx context.Context, inline bool, closing <-chan struct{}, f f
 }
 
 // call2 is callC for functions with two results.
-func call2[A, B any](ctx context.Context, inline bool, closing <-chan struct{}, f func(context.Context) (A, B, error)) (A, B, error) {
-	if inline {
+func call2[A, B any](ctx context.Context, h how, closing <-chan struct{}, f func(context.Context) (A, B, error)) (A, B, error) {
+	if h.inline {
 		return f(ctx)
 	}
 	type ab struct {
 		a A
 		b B
 	}
-	r, err := callC(ctx, false, closing, func(ctx context.Context) (ab, error) {
+	r, err := callC(ctx, how{w: h.w}, closing, func(ctx context.Context) (ab, error) {
 		a, b, err := f(ctx)
 		return ab{a, b}, err
 	})
@@ -102,10 +117,60 @@ func isNil(x any) bool {
 }
 
 // callErr is callC for functions with only an error.
-func callErr(ctx context.Context, inline bool, closing <-chan struct{}, f func(context.Context) error) error {
-	if inline {
+func callErr(ctx context.Context, h how, closing <-chan struct{}, f func(context.Context) error) error {
+	if h.inline {
 		return f(ctx)
 	}
-	_, err := callC(ctx, false, closing, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
+	_, err := callC(ctx, how{w: h.w}, closing, func(ctx context.Context) (struct{}, error) { return struct{}{}, f(ctx) })
 	return err
+}
+
+// workerIdle is how long an idle worker waits for another call before it
+// ends.
+const workerIdle = 10 * time.Second
+
+// workers is a session's pool of goroutines for calls whose context can
+// end. A call is handed to an idle worker, or starts a new one; a worker
+// ends after workerIdle without a call, or once its session is closed
+// (after the call it runs: an abandoned call still finishes in the
+// background, bounded by the client's timeouts), so no worker outlives its
+// client by more than that call.
+type workers struct {
+	work chan func()     // unbuffered: a send succeeds only to an idle worker
+	stop <-chan struct{} // closed when the session's Close is done
+}
+
+func newWorkers(stop <-chan struct{}) *workers {
+	return &workers{work: make(chan func()), stop: stop}
+}
+
+// run runs f on an idle worker, or on a new one (on a goroutine of its own
+// when w is nil).
+func (w *workers) run(f func()) {
+	if w == nil {
+		go f()
+		return
+	}
+	select {
+	case w.work <- f:
+	default:
+		go w.loop(f)
+	}
+}
+
+func (w *workers) loop(f func()) {
+	f()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case f = <-w.work:
+			f()
+			idle.Reset(workerIdle)
+		case <-idle.C:
+			return
+		case <-w.stop:
+			return
+		}
+	}
 }

@@ -314,7 +314,7 @@ func (g *giveBack) leave(ctx context.Context) error {
 	if g.left {
 		return nil
 	}
-	if err := callErr(ctx, ctx.Done() == nil, nil, func(ctx context.Context) error { return g.m.E.GiveUp(ctx, g.a) }); err != nil && !permanent(err) {
+	if err := callErr(ctx, how{inline: ctx.Done() == nil, w: g.m.S.work}, nil, func(ctx context.Context) error { return g.m.E.GiveUp(ctx, g.a) }); err != nil && !permanent(err) {
 		return err
 	}
 	g.left = true

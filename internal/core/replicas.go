@@ -105,6 +105,28 @@ func (s *Session) replicas(ctx context.Context, node *redis.Client) (int, error)
 	return n, nil
 }
 
+// ackCanWait reports whether confirming an acquisition may send anything:
+// false when acknowledgements are off, when the client is not one whose
+// primary confirm can find, or when the plain client's server was seen with
+// no replica within replicaCacheTTL. Then the acquisition skips confirm and
+// its goroutine (issue 23: the goroutine was started before the cached
+// answer was read).
+func (s *Session) ackCanWait() bool {
+	if s.Config.ReplicaAck < 0 {
+		return false
+	}
+	switch c := s.RDB.(type) {
+	case *redis.Client:
+		s.acks.mu.Lock()
+		rc, ok := s.acks.count[c.Options().Addr]
+		s.acks.mu.Unlock()
+		return !ok || rc.n != 0 || time.Since(rc.at) >= replicaCacheTTL
+	case *redis.ClusterClient:
+		return true
+	}
+	return false
+}
+
 func (s *Session) forgetReplicas(node *redis.Client) {
 	s.acks.mu.Lock()
 	delete(s.acks.count, node.Options().Addr)

@@ -53,6 +53,8 @@ type Session struct {
 	// enforcesDeadlines: the client applies a context's deadline to its
 	// socket I/O (see inline).
 	enforcesDeadlines bool
+	// work runs the calls whose context can end (call.go).
+	work *workers
 
 	closeCtx context.Context // ended when Close starts: waits end
 	closeNow context.CancelCauseFunc
@@ -91,6 +93,7 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	s := &Session{ID: newUUID(), RDB: rdb, Config: cfg, held: map[*Mutex]int{}}
 	s.closeCtx, s.closeNow = context.WithCancelCause(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
+	s.work = newWorkers(s.bgCtx.Done())
 	s.resendAfter = resendAfter(rdb)
 	s.enforcesDeadlines = enforcesDeadlines(rdb)
 	mode := pubsub.Sharded(cfg.ShardedPubSub, Slot)
@@ -420,6 +423,10 @@ func (s *Session) inline(ctx context.Context) bool {
 	_, ok := ctx.Deadline()
 	return ok
 }
+
+// how says where a call on ctx runs: inline, or on one of the session's
+// workers (call.go).
+func (s *Session) how(ctx context.Context) how { return how{inline: s.inline(ctx), w: s.work} }
 
 // resendAfter is how long a call must last before go-redis may have timed
 // it out and sent it again.

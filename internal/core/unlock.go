@@ -157,7 +157,7 @@ func (m *Mutex) sendUnlock(ctx context.Context, a wire.Args) (wire.UnlockResult,
 	for try := 0; try < unlockRetries; try++ {
 		a.NowMs = m.S.WallMs()
 		args := a // the call may outlive this try: it gets its own copy
-		res, err = callC(ctx, m.S.inline(ctx), nil, func(ctx context.Context) (wire.UnlockResult, error) { return m.E.Unlock(ctx, args) })
+		res, err = callC(ctx, m.S.how(ctx), nil, func(ctx context.Context) (wire.UnlockResult, error) { return m.E.Unlock(ctx, args) })
 		if isTryAgain(err) && ctx.Err() == nil {
 			// A slot migration: nothing ran. Wait for it, within ctx.
 			try--
