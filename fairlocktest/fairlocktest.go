@@ -23,46 +23,57 @@
 //
 // Three clocks are involved, and a test double can move only some of them.
 //
-//   - Key TTLs (a lock's lease, a fair head's grace, the latches that make
-//     retried calls idempotent). NewServer turns on miniredis's ClockTTL,
-//     so TTLs run down with the wall clock as they do on Redis (by default
-//     miniredis never expires a key by itself, and a lease left to run out
-//     would never end). Server.FastForward(d) runs every TTL down by d at
-//     once: a lock whose lease is shorter than d is gone, and another owner
-//     can take it at its next attempt.
+//   - Key TTLs: a lock's lease in Redis, a fair head's grace, the latches
+//     that make retried calls idempotent. NewServer turns on miniredis's
+//     ClockTTL, so TTLs run down with the wall clock as on Redis. (By
+//     default miniredis expires a key only through FastForward: a live
+//     holder would still give its lock back when its lease ran out on its
+//     own clock, but the lock of a holder that died, a dead fair head's
+//     grace and the latches would never expire.) Server.FastForward(d) runs
+//     every TTL down by d at once.
 //   - The server clock the scripts read with TIME (only the semaphores, for
 //     their permits' leases and deadlines; the locks use TTLs). It is the
 //     wall clock; FastForward does not move it. miniredis's SetTime sets it
 //     (and, with ClockTTL, a jump forward also runs the TTLs down), but it
 //     then stays frozen at that instant: TIME no longer advances and TTLs no
 //     longer run down until the next SetTime.
-//   - The client's clocks: the watchdog's renewals (every lease/3), a
-//     waiter's retry timers and deadlines, a hold's ValidUntil, and the wall
-//     clock the fair scripts receive as "now" (Redisson's wait-slot
-//     deadlines). These are the test process's own clocks; nothing here
-//     moves them.
+//   - The clients' clocks: the watchdog's renewals (every lease/3), a
+//     waiter's retry timers and deadlines, a hold's validity (ValidUntil;
+//     Done closes when an explicit lease runs out on it), and the wall clock
+//     the fair scripts receive as "now" (Redisson's wait-slot deadlines).
+//     These are the test process's own clocks; nothing here moves them.
 //
-// So FastForward simulates a lease running out in Redis, but the clients do
-// not learn of it until they next talk to Redis: a holder kept alive by the
-// watchdog sees the loss (Done closed, Err matching fairlock.ErrLost) at its
-// next renewal, real time lease/3 later (pass fairlock.WithLease with a
-// short lease to make that quick); a holder with an explicit lease only at
-// its Unlock (fairlock.ErrNotHeld); a waiter sleeping on the old lease's
-// TTL only when that sleep ends or a wake-up arrives. Nothing can make a
-// fair waiter's wait slot (default 5 min) pass faster except a shorter one
-// (fairlock.WithWaitSlot). A test that needs a lease to run out should use
-// a short lease rather than FastForward when it also needs the clients to
-// react.
+// So FastForward ends a lease in Redis at once, but the clients learn of it
+// only when they next talk to Redis:
+//
+//   - a new attempt by another owner (TryLock, Lock) takes the lock at once;
+//   - a waiter already blocked in Lock is not woken: it retries when the TTL
+//     it last read has passed on its own clock, or when a wake-up is
+//     published (an Unlock);
+//   - a holder kept by the watchdog sees the loss (Done closed, Err matching
+//     fairlock.ErrLost) at its next renewal, lease/3 later in real time
+//     (pass fairlock.WithLease with a short lease to make that quick);
+//   - a holder with an explicit lease sees it when that lease runs out on
+//     its own clock, or at its Unlock (fairlock.ErrNotHeld).
+//
+// Nothing makes a fair waiter's wait slot (default 5 min) pass faster but a
+// shorter one (fairlock.WithWaitSlot). A test that needs the clients to
+// react to a lease running out is usually simpler with a short lease, in
+// real time, than with FastForward.
 //
 // # What else differs from Redis
 //
 // miniredis is a single Redis server: no cluster, no replicas (the
-// replica-ack wait finds none and is skipped), no persistence, restarts or
-// failovers. Scripts run atomically, as on Redis. Error replies, outages
-// and slow links can be staged with miniredis's own tools (SetError, Close
-// and Restart of Server.Miniredis) but their timing is not Redis's. For
-// those faults and for real-Redis behaviour, the library's own tests run on
-// a real redis-server as well; a user's unit tests rarely need to.
+// replica-ack wait finds none and is skipped), no persistence, no failover.
+// Scripts run atomically, as on Redis, with one difference: Redis freezes
+// its clock for key expiry while a script runs, and miniredis's ClockTTL
+// does not, so a key whose TTL ends within a script's microseconds can
+// vanish between two of its calls. Outages and error replies can be staged
+// with miniredis's own tools (Close and Restart, SetError of
+// Server.Miniredis), but neither their timing nor go-redis's reconnects are
+// those of a real server. For those faults and for real-Redis behaviour, the
+// library's own tests run on a real redis-server as well; a user's unit
+// tests rarely need to.
 package fairlocktest
 
 import (

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
 	"github.com/fairlock-go/fairlock"
@@ -215,22 +216,30 @@ func TestFastForwardWatchdogSeesLoss(t *testing.T) {
 }
 
 // Leases run down with the wall clock, as on Redis, without FastForward:
-// a lease left to run out frees the lock.
-func TestLeaseRunsOutByItself(t *testing.T) {
+// the lock of a holder whose process died (its link to Redis gone, so it
+// cannot give the lock back) is free once its lease has run out.
+func TestDeadHoldersLeaseRunsOut(t *testing.T) {
 	s := fairlocktest.NewServer(t)
 	ctx := ctxFor(t)
-	a, _ := reentrant.New(s.Client(t), "short")
-	b, _ := reentrant.New(s.Client(t), "short")
-	if err := a.LockWithLease(ctx, 50*time.Millisecond); err != nil {
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	dying, err := fairlock.NewClient(rdb, fairlock.WithCleanupTimeout(100*time.Millisecond))
+	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the 50 ms lease never ran out", func() bool {
+	a, _ := reentrant.New(dying, "short")
+	if err := a.LockWithLease(ctx, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	_ = rdb.Close() // the holder's process is gone
+	b, _ := reentrant.New(s.Client(t), "short")
+	eventually(t, "the dead holder's 100 ms lease never ran out", func() bool {
 		ok, err := b.TryLock(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return ok
 	})
+	_ = dying.Close() // its goroutines end; it cannot reach Redis
 }
 
 // Everything a test double started ends with its test: clients with a hold
