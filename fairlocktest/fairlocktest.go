@@ -33,10 +33,11 @@
 //     every TTL down by d at once.
 //   - The server clock the scripts read with TIME (only the semaphores, for
 //     their permits' leases and deadlines; the locks use TTLs). It is the
-//     wall clock; FastForward does not move it. miniredis's SetTime sets it
-//     (and, with ClockTTL, a jump forward also runs the TTLs down), but it
-//     then stays frozen at that instant: TIME no longer advances and TTLs no
-//     longer run down until the next SetTime.
+//     wall clock; FastForward does not move it, so it does not end a
+//     semaphore permit's lease. miniredis's SetTime sets it (and, with
+//     ClockTTL, a jump forward also runs the TTLs down), but it then stays
+//     frozen at that instant: TIME no longer advances and TTLs no longer
+//     run down until the next SetTime.
 //   - The clients' clocks: the watchdog's renewals (every lease/3), a
 //     waiter's retry timers and deadlines, a hold's validity (ValidUntil;
 //     Done closes when an explicit lease runs out on it), and the wall clock

@@ -15,6 +15,7 @@ import (
 	"github.com/fairlock-go/fairlock/fairlocktest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/reentrant"
+	"github.com/fairlock-go/fairlock/semaphore"
 )
 
 // bound is how long a test waits for something that should happen at once:
@@ -192,6 +193,29 @@ func TestFastForwardEndsLease(t *testing.T) {
 	}
 	if err := a.Unlock(ctx); !errors.Is(err, fairlock.ErrNotHeld) {
 		t.Fatalf("old holder's Unlock = %v; want ErrNotHeld", err)
+	}
+}
+
+// The semaphores' leases are on the server clock (TIME): FastForward does
+// not end them; moving the clock with SetTime does.
+func TestSemaphoreLeaseFollowsServerClock(t *testing.T) {
+	s := fairlocktest.NewServer(t)
+	ctx := ctxFor(t)
+	a, _ := semaphore.NewExpirable(s.Client(t), "pool")
+	b, _ := semaphore.NewExpirable(s.Client(t), "pool")
+	if _, err := a.TrySetPermits(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Acquire(ctx, 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	s.FastForward(2 * time.Hour)
+	if p, err := b.TryAcquire(ctx, 1, 0, time.Hour); err != nil || p != nil {
+		t.Fatalf("TryAcquire after FastForward = %v, %v; want no permit", p, err)
+	}
+	s.Miniredis().SetTime(time.Now().Add(2 * time.Hour))
+	if p, err := b.TryAcquire(ctx, 1, 0, time.Hour); err != nil || p == nil {
+		t.Fatalf("TryAcquire after SetTime = %v, %v; want a permit", p, err)
 	}
 }
 
