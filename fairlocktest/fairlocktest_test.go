@@ -165,7 +165,7 @@ func TestOptionsPassedThrough(t *testing.T) {
 
 // A nil option is refused by NewClient, which fails the test.
 func TestBadOptionFailsTest(t *testing.T) {
-	ft := runAsTest(func(t testing.TB) {
+	ft := runQuiet(func(t testing.TB) {
 		fairlocktest.New(t, nil)
 		t.Error("New returned after a refused option")
 	})
@@ -250,6 +250,7 @@ func TestDeadHoldersLeaseRunsOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = dying.Close() }) // its goroutines end; it cannot reach Redis
 	a, _ := reentrant.New(dying, "short")
 	if err := a.LockWithLease(ctx, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
@@ -263,7 +264,6 @@ func TestDeadHoldersLeaseRunsOut(t *testing.T) {
 		}
 		return ok
 	})
-	_ = dying.Close() // its goroutines end; it cannot reach Redis
 }
 
 // Everything a test double started ends with its test: clients with a hold

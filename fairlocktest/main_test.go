@@ -70,8 +70,18 @@ func (t *fakeT) Failed() bool {
 }
 
 // runAsTest runs test as go test runs a test function and returns the fake
-// T, after its cleanups ran.
+// T, after its cleanups ran. A failed test's log is printed (an Example
+// then shows why its output is wrong).
 func runAsTest(test func(t testing.TB)) *fakeT {
+	t := runQuiet(test)
+	if t.Failed() {
+		fmt.Print(t.log.String())
+	}
+	return t
+}
+
+// runQuiet is runAsTest without printing the log.
+func runQuiet(test func(t testing.TB)) *fakeT {
 	t := &fakeT{}
 	done := make(chan struct{})
 	go func() {
@@ -85,9 +95,6 @@ func runAsTest(test func(t testing.TB)) *fakeT {
 	t.mu.Unlock()
 	for i := len(cleanups) - 1; i >= 0; i-- {
 		cleanups[i]()
-	}
-	if t.Failed() {
-		fmt.Print(t.log.String())
 	}
 	return t
 }
