@@ -40,13 +40,16 @@ local function sem_expiry(lease, now, never)
     return now + lease
 end
 
--- Reclaims expired permits (score <= now), at most limit of them (-1: all):
+-- Reclaims expired permits (score <= now, from -inf: Redisson's scripts
+-- start at 0, so a negative score, which no client writes, stayed in the
+-- set for ever, counted as acquired and revived by updateLeaseTime), at
+-- most limit of them (-1: all):
 -- they leave the timeouts set and their count goes back to the pool, whose
 -- new count is published when positive. Members are removed in chunks (a
 -- single unpack of thousands of members overflows Lua's stack; not in
 -- Redisson, which unpacks them at once). Returns how many were reclaimed.
 local function sem_reclaim(pool, timeouts, channel, pubcmd, now, limit)
-    local expired = redis.call('zrangebyscore', timeouts, 0, now, 'limit', 0, limit)
+    local expired = redis.call('zrangebyscore', timeouts, '-inf', now, 'limit', 0, limit)
     if #expired == 0 then
         return 0
     end

@@ -17,10 +17,14 @@ local expiry = redis.call('zscore', KEYS[3], ARGV[1])
 if expiry == false then
     return 0
 end
+-- Compared before anything is written (not in Redisson, which compares
+-- last): a score the comparison cannot read (damage) fails the script
+-- with nothing changed, instead of after the permit went back.
+local live = tonumber(expiry) > sem_now(ARGV[3])
 redis.call('zrem', KEYS[3], ARGV[1])
 local value = redis.call('incrby', KEYS[1], ARGV[2])
 redis.call(ARGV[4], KEYS[2], value)
-if tonumber(expiry) <= sem_now(ARGV[3]) then
+if not live then
     return 0
 end
 return 1

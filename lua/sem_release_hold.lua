@@ -21,15 +21,18 @@ if latched == '0' or latched == '1' then
     return tonumber(latched)
 end
 local now = sem_now(ARGV[1])
+-- Every score is read and compared before anything is written: a score
+-- the comparison cannot read (damage) fails the script with nothing
+-- changed.
 local held, removed = 0, 0
 for i = 4, #ARGV do
     local e = redis.call('zscore', KEYS[2], ARGV[i])
-    if e ~= false then
-        if tonumber(e) > now then
-            held = held + 1
-        end
-        removed = removed + redis.call('zrem', KEYS[2], ARGV[i])
+    if e ~= false and tonumber(e) > now then
+        held = held + 1
     end
+end
+for i = 4, #ARGV do
+    removed = removed + redis.call('zrem', KEYS[2], ARGV[i])
 end
 if removed > 0 then
     local value = redis.call('incrby', KEYS[1], removed)

@@ -1551,6 +1551,81 @@ func TestSemExpirableInexactPoolRefused(t *testing.T) {
 	})
 }
 
+// A permit whose expiry was moved below 0 (damage: no client writes one) is
+// expired like any other: Redisson's reclaim reads scores from 0, so such a
+// permit stayed counted as acquired, and updateLeaseTime revived it while
+// the corrupt-state test's rule counts an expiry in the past as over (found
+// by TestCorruptSemExpirable: with the pool set to 0 the revived permit was
+// granted again as new). Now the reclaim reads from -inf: the permit comes
+// back to the pool and updateLeaseTime finds it gone.
+func TestSemExpirableNegativeExpiryReclaimed(t *testing.T) {
+	runSemFairCase(t, []string{"-1e18", "-1"}, func(t *testing.T, s *semSeq, score string) {
+		k := s.ek
+		if ok, err := s.ex.SemTrySetPermits(s.ctx, s.rdb, k, 1, ""); err != nil || !ok {
+			t.Fatalf("trySetPermits: %v %v", ok, err)
+		}
+		id := semID(1)
+		if ok, _, err := s.ex.SemAcquire(s.ctx, s.rdb, k, wire.SemAcquireArgs{IDs: []string{id}, LeaseMs: wire.NoLease, NowMs: wire.ServerClock}); err != nil || !ok {
+			t.Fatalf("acquire: %v %v", ok, err)
+		}
+		if err := s.rdb.Do(s.ctx, "zadd", k.Timeouts, score, id).Err(); err != nil {
+			t.Fatal(err)
+		}
+		ok, err := s.ex.SemUpdateLease(s.ctx, s.rdb, k, id, 300_000, wire.ServerClock, "")
+		if err != nil || ok {
+			t.Fatalf("updateLeaseTime of a permit expired at %s: %v %v (want false: it was over)", score, ok, err)
+		}
+		c, err := s.ex.SemCounts(s.ctx, s.rdb, k, wire.ServerClock, "")
+		if err != nil || c.Available != 1 || c.Acquired != 0 {
+			t.Fatalf("counts after the permit expired at %s: %+v %v (want 1 available, 0 acquired)", score, c, err)
+		}
+	})
+}
+
+// A release whose comparison of a score fails (miniredis's Lua reads
+// neither "1e+18" nor "inf") must fail with nothing changed: it compared
+// after giving the permit back, so the caller was told it failed while the
+// permit was back in the pool (found by TestCorruptSemExpirable: the
+// permit was then granted again as new while the test counted it held).
+func TestSemExpirableReleaseComparesBeforeWriting(t *testing.T) {
+	runSemFairCase(t, []string{"1e18", "inf"}, func(t *testing.T, s *semSeq, score string) {
+		k := s.ek
+		if ok, err := s.ex.SemTrySetPermits(s.ctx, s.rdb, k, 2, ""); err != nil || !ok {
+			t.Fatalf("trySetPermits: %v %v", ok, err)
+		}
+		ids := []string{semID(1), semID(2)}
+		if ok, _, err := s.ex.SemAcquire(s.ctx, s.rdb, k, wire.SemAcquireArgs{IDs: ids, LeaseMs: 60_000, NowMs: wire.ServerClock}); err != nil || !ok {
+			t.Fatalf("acquire: %v %v", ok, err)
+		}
+		if err := s.rdb.Do(s.ctx, "zadd", k.Timeouts, score, ids[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		check := func(what string, err error) {
+			t.Helper()
+			n, _ := s.rdb.ZCard(s.ctx, k.Timeouts).Result()
+			pool := s.rdb.Get(s.ctx, k.Pool).Val()
+			if err != nil && (n != 2 || pool != "0") {
+				t.Fatalf("%s failed (%v) but changed the state: %d permits held, pool %s", what, err, n, pool)
+			}
+			if err == nil && (n != 0 || pool != "2") {
+				t.Fatalf("%s succeeded but %d permits are held, pool %s", what, n, pool)
+			}
+		}
+		_, err := s.ex.SemReleaseHold(s.ctx, s.rdb, k, ids, "u1", 60_000, wire.ServerClock, "")
+		check("releaseHold", err)
+		if err != nil {
+			// Release by id, the first (readable) one after the second.
+			_, err = s.ex.SemRelease(s.ctx, s.rdb, k, ids[1], wire.ServerClock, "")
+			if err != nil {
+				n, _ := s.rdb.ZCard(s.ctx, k.Timeouts).Result()
+				if pool := s.rdb.Get(s.ctx, k.Pool).Val(); n != 2 || pool != "0" {
+					t.Fatalf("release by id failed (%v) but changed the state: %d permits held, pool %s", err, n, pool)
+				}
+			}
+		}
+	})
+}
+
 // The test catches wrong scripts: the two fixes undone, and a release of
 // the permit-expirable semaphore that gives back a permit it never found.
 // Each must make the property fail on both backends within caughtRounds

@@ -376,7 +376,7 @@ var semBrokenVariants = []brokenVariant{
 	},
 	{
 		name: "releaseHold reports a partly expired hold as held", machine: semMachine, file: wire.FileSemReleaseHold,
-		old: "        if tonumber(e) > now then", new: "        if true then",
+		old: "    if e ~= false and tonumber(e) > now then", new: "    if e ~= false then",
 	},
 	{
 		name: "abandon leaves the taken permits held", machine: semMachine, file: wire.FileSemAbandon,
