@@ -21,7 +21,8 @@ import (
 // (Bookings is in grant order). Arrival numbers are turned into ranks among
 // the granted bookings, so a run whose arrivals have gaps (an arrival that
 // never got the lock, such as one cut short by Ctrl-C) still draws a
-// square.
+// square; "out of turn" is counted on the arrival numbers, as the table
+// does.
 
 // ChartMaxPoints is the most points a scatter draws; a larger run draws
 // every k-th grant and says so.
@@ -174,7 +175,13 @@ func chartPoints(r *Result) []chartPoint {
 	for k, i := range byArrival {
 		rank[i] = k + 1
 	}
-	late := outOfTurn(rank)
+	// out of turn as the table counts it: on the arrival numbers, so an
+	// arrival never granted (a cut-short run) counts as still waiting
+	arrivals := make([]int, n)
+	for i, b := range r.Bookings {
+		arrivals[i] = b.Arrival
+	}
+	late := outOfTurn(arrivals)
 	ps := make([]chartPoint, n)
 	for i, b := range r.Bookings {
 		ps[i] = chartPoint{arrival: rank[i], grant: i + 1, late: late[i], b: b}
