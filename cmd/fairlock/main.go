@@ -293,6 +293,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		fmt.Fprintf(stdout, "\nChart (arrival vs grant order, waits) written to %s: open it in a browser.\n", *svgPath)
+	} else if *svgPath != "" && flagSet(fs, "svg") {
+		fmt.Fprintf(stdout, "\nNo chart with --multi: its grant numbers order only bookings that share a seat.\n")
 	}
 	for _, r := range results {
 		if r.Permits > 0 && r.MaxHeld > r.Permits {
@@ -310,6 +312,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// flagSet tells whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // DefaultSVG is where demo writes its chart unless --svg says otherwise.

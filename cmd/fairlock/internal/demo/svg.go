@@ -112,7 +112,9 @@ func WriteSVG(w io.Writer, rs []*Result, info ChartInfo) error {
 	if rs[0].Multi > 0 {
 		return fmt.Errorf("no chart of a --multi run: its grant numbers order only bookings that share a seat")
 	}
-	d := &svgDoc{W: 2*chartMarginX + len(rs)*chartColW, H: chartHeight, allResults: rs}
+	// two columns wide at least, for the title, legend and notes; one
+	// kind's column is centred
+	d := &svgDoc{W: 2*chartMarginX + max(len(rs), 2)*chartColW, H: chartHeight, allResults: rs}
 	kinds := make([]string, len(rs))
 	for i, r := range rs {
 		kinds[i] = r.Kind
@@ -135,7 +137,7 @@ func WriteSVG(w io.Writer, rs []*Result, info ChartInfo) error {
 
 	bins := waitBins(rs)
 	for i, r := range rs {
-		x0 := float64(chartMarginX + i*chartColW)
+		x0 := float64(d.W-len(rs)*chartColW)/2 + float64(i*chartColW)
 		d.scatter(x0, r)
 		d.histogram(x0, r, bins)
 	}
@@ -286,7 +288,11 @@ func histCounts(r *Result, bb waitBinning) []int {
 func (d *svgDoc) histogram(x0 float64, r *Result, bb waitBinning) {
 	left, top, w, h := x0+chartPlotL, float64(chartHistT), float64(chartPlotW), float64(chartHistH)
 	counts := histCounts(r, bb)
-	d.text(left, top-30, "head", "", fmt.Sprintf("%s: waits for the lock", r.Kind))
+	what := "the lock"
+	if r.Permits > 0 {
+		what = "a permit"
+	}
+	d.text(left, top-30, "head", "", fmt.Sprintf("%s: waits for %s", r.Kind, what))
 	d.text(left, top-12, "sub", "", fmt.Sprintf("p50 %s, p90 %s, p99 %s, max %s (%d grants)",
 		dur(r.WaitPercentile(50)), dur(r.WaitPercentile(90)), dur(r.WaitPercentile(99)),
 		dur(r.WaitPercentile(100)), len(r.Bookings)))
@@ -297,7 +303,7 @@ func (d *svgDoc) histogram(x0 float64, r *Result, bb waitBinning) {
 			top1 = max(top1, c)
 		}
 	}
-	yt := niceTicks(float64(top1), 5)
+	yt := countTicks(float64(top1), 5)
 	ymax := yt[len(yt)-1]
 	xmax := float64(bb.Width) * float64(bb.Count)
 	sx := func(v float64) float64 { return left + v/xmax*w }
@@ -349,13 +355,13 @@ func trimFloat(v float64) string {
 	return strings.TrimSuffix(s, ".")
 }
 
-// niceStep is the smallest of 1, 2, 5 x 10^k at least v (v > 0).
+// niceStep is the smallest of 1, 2, 2.5, 5 x 10^k at least v (v > 0).
 func niceStep(v float64) float64 {
 	if v <= 0 {
 		return 1
 	}
 	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 5, 10} {
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
 		if m*p >= v*(1-1e-9) {
 			return m * p
 		}
@@ -366,7 +372,22 @@ func niceStep(v float64) float64 {
 // niceTicks are 0, s, 2s, ... up to the first at least hi, with about n
 // steps.
 func niceTicks(hi float64, n int) []float64 {
+	return ticksOf(hi, niceStep(hi/float64(n)))
+}
+
+// countTicks are niceTicks with a whole step: the y axis counts grants.
+func countTicks(hi float64, n int) []float64 {
 	s := niceStep(hi / float64(n))
+	switch {
+	case s < 1:
+		s = 1
+	case s != math.Floor(s):
+		s = 5 // 2.5, the one fractional step above 1
+	}
+	return ticksOf(hi, s)
+}
+
+func ticksOf(hi, s float64) []float64 {
 	var ts []float64
 	for v := 0.0; ; v += s {
 		ts = append(ts, v)
@@ -384,7 +405,7 @@ func rankTicks(n int) []int {
 	}
 	s := max(int(niceStep(float64(n)/6)), 1)
 	for v := s; v <= n; v += s {
-		if v-1 >= s/2 { // not crowding the 1
+		if v > 1 && v-1 >= s/2 { // not crowding the 1
 			ts = append(ts, v)
 		}
 	}

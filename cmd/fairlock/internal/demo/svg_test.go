@@ -117,10 +117,11 @@ func TestWriteSVGKnownHistory(t *testing.T) {
 	assert.Equal(t, 4, st.late[Reentrant])
 	assert.Equal(t, 4, unfair.OutOfTurn(), "the chart and the table agree")
 
-	// The bins are shared: 0.5 ms wide up to 10 ms (the longest wait); each
-	// wait of a whole number of ms has a bin of its own.
+	// The bins are shared: 0.25 ms wide up to 10 ms (the longest wait);
+	// each wait of a whole number of ms has a bin of its own.
 	bb := waitBins([]*Result{fair, unfair})
-	assert.Equal(t, 500*time.Microsecond, bb.Width)
+	assert.Equal(t, 250*time.Microsecond, bb.Width)
+	assert.Equal(t, 41, bb.Count)
 	assert.Equal(t, 6, st.bars[Fair])
 	assert.Equal(t, 6, st.bars[Reentrant])
 	assert.Equal(t, 6, st.barTotal[Fair])
@@ -163,4 +164,16 @@ func TestWriteSVGEdges(t *testing.T) {
 	// Nothing to chart, or a --multi run.
 	assert.Error(t, WriteSVG(io.Discard, nil, ChartInfo{}))
 	assert.Error(t, WriteSVG(io.Discard, []*Result{{Kind: SeatsHold, Multi: 4}}, ChartInfo{}))
+}
+
+func TestNiceStepAndTicks(t *testing.T) {
+	for _, c := range [][2]float64{{0.3, 0.5}, {1, 1}, {1.1, 2}, {2.2, 2.5}, {3, 5}, {20.6, 25}, {60, 100}, {4e6, 5e6}} {
+		assert.InDelta(t, c[1], niceStep(c[0]), c[1]*1e-9, "niceStep(%v)", c[0])
+	}
+	assert.Equal(t, []float64{0, 25, 50, 75, 100, 125}, niceTicks(108, 5))
+	assert.Equal(t, []float64{0, 1, 2, 3}, countTicks(3, 5))
+	assert.Equal(t, []float64{0, 5, 10, 15}, countTicks(12, 5), "no 2.5 grants")
+	assert.Equal(t, []float64{0, 25, 50, 75, 100, 125}, countTicks(108, 5))
+	assert.Equal(t, []int{1, 50, 100, 150, 200}, rankTicks(216))
+	assert.Equal(t, []int{1, 2, 3}, rankTicks(3))
 }
