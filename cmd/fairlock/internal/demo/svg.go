@@ -244,7 +244,7 @@ func (d *svgDoc) scatter(x0 float64, r *Result) {
 	}
 	xl := "arrival rank (1 = first to call Lock)"
 	if stride > 1 {
-		xl += fmt.Sprintf("; every %d-th grant drawn", stride)
+		xl += fmt.Sprintf("; one grant in %d drawn", stride)
 	}
 	d.text(left+size/2, top+size+38, "", "middle", xl)
 	d.Els = append(d.Els, svgEl{Tag: "text", X: left - 44, Y: top + size/2, Anchor: "middle", Rotate: true,

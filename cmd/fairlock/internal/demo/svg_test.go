@@ -159,7 +159,7 @@ func TestWriteSVGEdges(t *testing.T) {
 	st = readSVG(t, buf.Bytes())
 	assert.Len(t, st.points[Fair], (n+2)/3)
 	assert.Equal(t, n, st.barTotal[Fair], "the histogram counts every grant")
-	assert.Contains(t, strings.Join(st.texts, "\n"), "every 3-th grant drawn")
+	assert.Contains(t, strings.Join(st.texts, "\n"), "one grant in 3 drawn")
 
 	// Nothing to chart, or a --multi run.
 	assert.Error(t, WriteSVG(io.Discard, nil, ChartInfo{}))
