@@ -3,11 +3,14 @@
 //	go run ./cmd/fairlock demo                      # seat booking on an embedded Redis
 //	go run ./cmd/fairlock demo --redis 127.0.0.1:6379 --seats 500
 //	go run ./cmd/fairlock demo --multi 4 --lock all  # 1-4 adjacent seats a booking
+//	go run ./cmd/fairlock demo --svg chart.svg      # the chart's path ("" for none)
 //	go run ./cmd/fairlock inspect seats --redis 127.0.0.1:6379 [--json]
 //
 // demo: clients book numbered seats under the fair lock and then under the
 // reentrant (unfair) lock, and it compares arrival order with grant order,
-// waits and throughput. Without --redis it runs on an embedded miniredis;
+// waits and throughput, and writes an SVG chart of arrival rank against
+// grant rank and of the waits (--svg, default fairlock-demo.svg; --svg ""
+// writes none; not with --multi). Without --redis it runs on an embedded miniredis;
 // with --redis the name of every key it makes contains a random
 // "fairlock-demo:<hex>:" prefix, its data keys are deleted at the end, the
 // lock's keys are gone once the lock is released, and the unlock latches
@@ -70,6 +73,9 @@ demo flags:
                    (default: an embedded miniredis)
   --seed N         seed of the hold-time jitter               (default 1)
   --grants N       rows of the arrival/grant table            (default 16)
+  --svg PATH       write a chart (arrival vs grant order, waits) to PATH,
+                   for a browser; "" for none  (default fairlock-demo.svg)
+                   (not with --multi)
   -q               no progress lines
   --stale-writer   instead: a booker paused past its lease writes late
                    and the fencing token rejects its write
@@ -191,6 +197,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("redis", "", "")
 	fs.Uint64Var(&c.Seed, "seed", 1, "")
 	grants := fs.Int("grants", 16, "")
+	svgPath := fs.String("svg", DefaultSVG, "")
 	quiet := fs.Bool("q", false, "")
 	stale := fs.Bool("stale-writer", false, "")
 	fs.IntVar(&c.Permits, "permits", 0, "")
@@ -280,6 +287,15 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	demo.Report(stdout, results, *grants)
+	if *svgPath != "" && c.Multi == 0 {
+		if err := writeChart(*svgPath, results, c, desc); err != nil {
+			fmt.Fprintf(stderr, "fairlock demo: %v\n", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\nChart (arrival vs grant order, waits) written to %s: open it in a browser.\n", *svgPath)
+	} else if *svgPath != "" && flagSet(fs, "svg") {
+		fmt.Fprintf(stdout, "\nNo chart with --multi: its grant numbers order only bookings that share a seat.\n")
+	}
 	for _, r := range results {
 		if r.Permits > 0 && r.MaxHeld > r.Permits {
 			fmt.Fprintf(stderr, "fairlock demo: the %s run held %d permits at once, of a pool of %d\n", r.Kind, r.MaxHeld, r.Permits)
@@ -296,6 +312,41 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// flagSet tells whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// DefaultSVG is where demo writes its chart unless --svg says otherwise.
+const DefaultSVG = "fairlock-demo.svg"
+
+// writeChart writes the SVG chart of results to path.
+func writeChart(path string, results []*demo.Result, c demo.Config, desc string) error {
+	if strings.HasPrefix(desc, "embedded miniredis") {
+		desc = "embedded miniredis" // not its random port
+	}
+	sub := fmt.Sprintf("%d clients x %d goroutines book %d seats, lock held ~%v per booking; Redis: %s",
+		c.Clients, c.Goroutines, c.Seats, c.Hold, desc)
+	if c.Permits > 0 {
+		sub = fmt.Sprintf("%d clients x %d goroutines book %d seats through %d windows (permits), held ~%v; Redis: %s",
+			c.Clients, c.Goroutines, c.Seats, c.Permits, c.Hold, desc)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write chart: %w", err)
+	}
+	if err := demo.WriteSVG(f, results, demo.ChartInfo{Subtitle: sub}); err != nil {
+		f.Close()
+		return fmt.Errorf("write chart %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write chart %s: %w", path, err)
+	}
+	return nil
 }
 
 // runStale is demo --stale-writer: exit 1 unless the late write was

@@ -5,11 +5,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +44,19 @@ func TestMain(m *testing.M) {
 		redis.SetLogger(quietLog{})
 		os.Exit(run(strings.Split(os.Getenv(childArgs), "\x1f"), os.Stdout, os.Stderr))
 	}
-	os.Exit(redistest.MainLeakCheck(m))
+	// The demo writes its chart (fairlock-demo.svg) to the current
+	// directory by default: the tests run in a scratch one.
+	dir, err := os.MkdirTemp("", "fairlock-cmd-test")
+	if err == nil {
+		err = os.Chdir(dir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := redistest.MainLeakCheck(m)
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 func testCtx(t *testing.T) context.Context {
@@ -171,6 +188,77 @@ func TestDemoCommand(t *testing.T) {
 		assert.Regexp(t, `(?m)^ +fair$`, out.String())
 		assert.NotContains(t, out.String(), "reentrant")
 	})
+}
+
+// TestDemoChart checks that the demo writes its SVG chart where --svg says
+// (the current directory by default), that it parses as XML and has a point
+// and a wait per grant of each kind, and that --svg "" writes none.
+func TestDemoChart(t *testing.T) {
+	args := []string{"demo", "--clients", "2", "--goroutines", "2", "--seats", "12", "--hold", "200us", "-q"}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "chart.svg")
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, run(append(args, "--svg", path), &out, &errb), "stderr: %s", errb.String())
+	assert.Contains(t, out.String(), "written to "+path)
+	doc, err := os.ReadFile(path)
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^lock grants +(\d+) +(\d+)$`).FindStringSubmatch(out.String())
+	require.NotNil(t, m, "lock grants row")
+	fairN, _ := strconv.Atoi(m[1])
+	unfairN, _ := strconv.Atoi(m[2])
+	grants := map[string]int{demo.Fair: fairN, demo.Reentrant: unfairN}
+	points, waits := map[string]int{}, map[string]int{}
+	dec := xml.NewDecoder(bytes.NewReader(doc))
+	root := ""
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, "the chart is not well-formed XML")
+		e, ok := tok.(xml.StartElement)
+		if !ok {
+			continue
+		}
+		if root == "" {
+			root = e.Name.Local
+		}
+		attr := map[string]string{}
+		for _, a := range e.Attr {
+			attr[a.Name.Local] = a.Value
+		}
+		switch {
+		case e.Name.Local == "circle" && attr["data-grant"] != "":
+			points[attr["data-kind"]]++
+		case e.Name.Local == "rect" && attr["data-count"] != "":
+			n, err := strconv.Atoi(attr["data-count"])
+			require.NoError(t, err)
+			waits[attr["data-kind"]] += n
+		}
+	}
+	assert.Equal(t, "svg", root)
+	assert.Equal(t, grants, points, "a point per grant")
+	assert.Equal(t, grants, waits, "a wait per grant")
+
+	// The default path, in the current directory (TestMain's scratch one),
+	// and none.
+	_ = os.Remove(DefaultSVG)
+	out.Reset()
+	require.Equal(t, 0, run(args, &out, &errb), "stderr: %s", errb.String())
+	assert.FileExists(t, DefaultSVG)
+	assert.Contains(t, out.String(), "written to "+DefaultSVG)
+	require.NoError(t, os.Remove(DefaultSVG))
+	out.Reset()
+	require.Equal(t, 0, run(append(args, "--svg", ""), &out, &errb), "stderr: %s", errb.String())
+	assert.NoFileExists(t, DefaultSVG)
+	assert.NotContains(t, out.String(), "Chart")
+
+	// A path that cannot be written: the table is shown, then exit 1.
+	out.Reset()
+	errb.Reset()
+	assert.Equal(t, 1, run(append(args, "--svg", filepath.Join(dir, "no", "such", "dir.svg")), &out, &errb))
+	assert.Contains(t, errb.String(), "write chart")
+	assert.Contains(t, out.String(), "seats booked")
 }
 
 // TestDemoMultiCommand runs demo --multi with the three kinds on the

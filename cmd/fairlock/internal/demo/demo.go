@@ -195,20 +195,35 @@ func (r *Result) Inversions() (inverted, pairs int64) {
 
 // OutOfTurn counts grants made while an earlier arrival was still waiting.
 func (r *Result) OutOfTurn() int {
-	granted := make([]bool, len(r.Bookings)+2)
-	next, n := 1, 0 // next: the earliest arrival not yet granted
-	for _, b := range r.Bookings {
-		if b.Arrival < len(granted) {
-			granted[b.Arrival] = true
-		}
-		if b.Arrival != next {
+	a := make([]int, len(r.Bookings))
+	for i, b := range r.Bookings {
+		a[i] = b.Arrival
+	}
+	n := 0
+	for _, late := range outOfTurn(a) {
+		if late {
 			n++
 		}
+	}
+	return n
+}
+
+// outOfTurn tells, for each grant (arrivals in grant order, numbered from
+// 1), whether it was made while an earlier arrival was still waiting.
+func outOfTurn(arrivals []int) []bool {
+	out := make([]bool, len(arrivals))
+	granted := make([]bool, len(arrivals)+2)
+	next := 1 // the earliest arrival not yet granted
+	for i, a := range arrivals {
+		if a < len(granted) {
+			granted[a] = true
+		}
+		out[i] = a != next
 		for next < len(granted) && granted[next] {
 			next++
 		}
 	}
-	return n
+	return out
 }
 
 // WaitPercentile is the p-th percentile (0 < p <= 100) of the waits.
