@@ -70,6 +70,8 @@ type hold struct {
 	wd         *watchdog.Entry
 	validUntil time.Time
 	timer      *time.Timer // fires at validUntil
+	start      time.Time   // the first grant (set only with an observer)
+	long       *time.Timer // the long-hold alert; nil: none
 }
 
 // Drift is the margin taken off every lease when computing a hold's
