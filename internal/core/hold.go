@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -192,11 +193,17 @@ func (m *Mutex) endLocked(h *hold, err error) {
 		if h.long != nil {
 			h.long.Stop()
 		}
-		k := Released
-		if err != nil {
-			k = Lost
+		switch {
+		case err == nil:
+			m.S.obs.emit(m.event(Released, time.Since(h.start), nil))
+		case h.unlocking > 0 && errors.Is(err, ErrLost):
+			// An unlock is in flight: a renewal that found the key
+			// gone may have raced it, and its confirmed release then
+			// withdraws the loss (released). Reported when it returns.
+			h.lostPending = true
+		default:
+			m.S.obs.emit(m.event(Lost, time.Since(h.start), err))
 		}
-		m.S.obs.emit(m.event(k, time.Since(h.start), err))
 	}
 	h.err = err
 	h.ended = true

@@ -72,6 +72,11 @@ type hold struct {
 	timer      *time.Timer // fires at validUntil
 	start      time.Time   // the first grant (set only with an observer)
 	long       *time.Timer // the long-hold alert; nil: none
+	// With an observer: unlocks of this hold in flight, and a loss not yet
+	// reported because one was (Unlock reports it, or a Released instead
+	// when the release is confirmed).
+	unlocking   int
+	lostPending bool
 }
 
 // Drift is the margin taken off every lease when computing a hold's
