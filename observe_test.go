@@ -445,3 +445,43 @@ func TestAlertOptionsInvalid(t *testing.T) {
 		}
 	}
 }
+
+// A hold whose renewals fail (Redis gone) gets RenewFailed events, then
+// ends as Lost when its validity runs out.
+func TestObserverRenewFailed(t *testing.T) {
+	mr, rdb := obsRedis(t)
+	rec := &recorder{}
+	c, err := fairlock.NewClient(rdb, fairlock.WithObserver(rec), fairlock.WithLease(300*time.Millisecond),
+		fairlock.WithCleanupTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m, _ := reentrant.New(c, "renew-fails")
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mr.Close()
+	rec.await(t, "renew-fails", m.Owner(), fairlock.Lost)
+	if !errors.Is(m.Err(), fairlock.ErrLost) {
+		t.Errorf("Err: %v", m.Err())
+	}
+	ev := rec.events()
+	failed, lostAt := 0, -1
+	for i, e := range ev {
+		switch {
+		case e.Kind == fairlock.RenewFailed && e.Owner == m.Owner():
+			failed++
+			if e.Err == nil || lostAt >= 0 {
+				t.Errorf("RenewFailed %d: error %v, after the loss: %v", i, e.Err, lostAt >= 0)
+			}
+		case e.Kind == fairlock.Lost:
+			lostAt = i
+		}
+	}
+	if failed == 0 {
+		t.Errorf("no RenewFailed before the loss: %v", ev)
+	}
+}
