@@ -28,8 +28,10 @@ type Event = core.Event
 // EventKind says what an Event reports.
 type EventKind = core.EventKind
 
-// The kinds of Event (see the constants' documentation in their
-// definitions: core.WaitStarted and following).
+// The kinds of Event. Per lock and owner they come in this order: a
+// WaitStarted (when the first attempt failed and the call waits), then one
+// Granted or WaitEnded; a hold starts with a Granted whose Reentry is false
+// and ends with exactly one Released or Lost.
 const (
 	// WaitStarted: an acquisition's first attempt did not get the lock,
 	// and it waits.

@@ -240,7 +240,9 @@ func checkEvents(ev []fairlock.Event, h *history) []string {
 			s = &state{}
 			st[k] = s
 		}
-		fail := func(why string) { bad = append(bad, fmt.Sprintf("event %d %v of %s on %s: %s", i, e.Kind, e.Owner, e.Name, why)) }
+		fail := func(why string) {
+			bad = append(bad, fmt.Sprintf("event %d %v of %s on %s: %s", i, e.Kind, e.Owner, e.Name, why))
+		}
 		switch e.Kind {
 		case fairlock.WaitStarted:
 			if s.waiting {
