@@ -24,6 +24,12 @@ func (m *Mutex) granted(sent time.Time, leaseMs int64, watchdogKept bool, q *acq
 		h = &hold{m: m}
 		m.cur = h
 		if m.S.obs != nil {
+			if l := m.last; l != nil && l.lostPending {
+				// The previous hold's loss, held back for an unlock
+				// still in flight, is reported before this hold starts.
+				l.lostPending = false
+				m.S.obs.emit(m.event(Lost, l.heldFor, l.err))
+			}
 			h.start = time.Now()
 			if d := m.S.Config.LongHold; d > 0 {
 				h.long = time.AfterFunc(d, h.longHold)
@@ -200,7 +206,7 @@ func (m *Mutex) endLocked(h *hold, err error) {
 			// An unlock is in flight: a renewal that found the key
 			// gone may have raced it, and its confirmed release then
 			// withdraws the loss (released). Reported when it returns.
-			h.lostPending = true
+			h.lostPending, h.heldFor = true, time.Since(h.start)
 		default:
 			m.S.obs.emit(m.event(Lost, time.Since(h.start), err))
 		}

@@ -77,6 +77,7 @@ type hold struct {
 	// when the release is confirmed).
 	unlocking   int
 	lostPending bool
+	heldFor     time.Duration // the hold's length when its loss was held back
 }
 
 // Drift is the margin taken off every lease when computing a hold's

@@ -66,7 +66,7 @@ func (m *Mutex) unlockDone(h *hold) {
 	h.unlocking--
 	if h.unlocking == 0 && h.lostPending {
 		h.lostPending = false
-		m.S.obs.emit(m.event(Lost, time.Since(h.start), h.err))
+		m.S.obs.emit(m.event(Lost, h.heldFor, h.err))
 	}
 }
 
@@ -113,7 +113,7 @@ func (m *Mutex) released(h *hold) {
 		h.err = nil
 		if h.lostPending {
 			h.lostPending = false
-			m.S.obs.emit(m.event(Released, time.Since(h.start), nil))
+			m.S.obs.emit(m.event(Released, h.heldFor, nil))
 		}
 	}
 }
