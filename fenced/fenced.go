@@ -55,6 +55,9 @@ func makeEngine(s *core.Session, k wire.Keys, _ core.LockConfig) (core.Engine, e
 // acquisition INCRs the token, so Lock and TryLock take one too.
 type engine struct{ core.ReentrantEngine }
 
+// LockKind names the lock for an observer's events.
+func (engine) LockKind() string { return "fenced" }
+
 // Try replies the token in place of the ttl when acquired (core.Engine).
 func (e engine) Try(ctx context.Context, a wire.Args, _ bool) (bool, int64, error) {
 	ok, ttl, token, err := e.S.Scripts().FencedAcquire(ctx, e.S.RDB, e.K, a)

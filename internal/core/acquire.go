@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/fairlock-go/fairlock/internal/pubsub"
@@ -56,6 +57,9 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	}
 	if q.expired() {
 		return q.giveUp(nil)
+	}
+	if m.S.obs != nil {
+		q.waitStarted()
 	}
 	w, err := q.subscribe()
 	if err != nil || w == nil {
@@ -118,6 +122,50 @@ type acquisition struct {
 	ambSince time.Time
 	late     int   // replies that came after the lease they were sent with
 	lastErr  error // the last transient Redis error
+
+	// Set only when the session has an observer (observe.go).
+	t0     time.Time  // the call's start
+	waited bool       // WaitStarted was reported
+	alert  *waitAlert // the LongWait timer; nil: none
+}
+
+// waitAlert reports a long wait once, unless the wait ended first.
+type waitAlert struct {
+	mu   sync.Mutex
+	over bool
+	t    *time.Timer
+}
+
+// waitStarted reports the start of the wait, and starts the long-wait
+// timer when the alert is set.
+func (q *acquisition) waitStarted() {
+	m := q.m
+	q.waited = true
+	m.S.obs.emit(m.event(WaitStarted, 0, nil))
+	if d := m.S.Config.LongWait; d > 0 {
+		al := &waitAlert{}
+		q.alert = al
+		al.mu.Lock()
+		defer al.mu.Unlock()
+		al.t = time.AfterFunc(d-time.Since(q.t0), func() {
+			al.mu.Lock()
+			defer al.mu.Unlock()
+			if !al.over {
+				al.over = true
+				m.S.obs.emit(m.event(LongWait, time.Since(q.t0), nil))
+			}
+		})
+	}
+}
+
+// waitOver stops the long-wait timer: no LongWait after this.
+func (q *acquisition) waitOver() {
+	if al := q.alert; al != nil {
+		al.mu.Lock()
+		al.over = true
+		al.t.Stop()
+		al.mu.Unlock()
+	}
 }
 
 func (m *Mutex) newAcquisition(ctx context.Context, o AcquireOpts) *acquisition {
@@ -139,6 +187,9 @@ func (m *Mutex) newAcquisition(ctx context.Context, o AcquireOpts) *acquisition 
 	}
 	if o.Wait >= 0 {
 		q.deadline = time.Now().Add(o.Wait)
+	}
+	if m.S.obs != nil {
+		q.t0 = time.Now()
 	}
 	return q
 }
@@ -267,7 +318,7 @@ func (q *acquisition) confirm() error {
 // start records the acquisition as a hold valid from from.
 func (q *acquisition) start(from time.Time, token int64, kept bool) (bool, int64, error) {
 	m := q.m
-	if !m.granted(from, q.a.LeaseMs, kept) {
+	if !m.granted(from, q.a.LeaseMs, kept, q) {
 		m.undo(q.a) // closed meanwhile
 		return false, 0, ErrClosed
 	}
@@ -374,6 +425,16 @@ func (q *acquisition) result(ok bool, err error) (bool, error) {
 // left (cleanup), then the error says why (err: the last error, nil when
 // the wait ran out or ctx or Close ended it).
 func (q *acquisition) giveUp(err error) (bool, error) {
+	ok, err := q.leave(err)
+	if q.waited {
+		q.waitOver()
+		m := q.m
+		m.S.obs.emit(m.event(WaitEnded, time.Since(q.t0), err))
+	}
+	return ok, err
+}
+
+func (q *acquisition) leave(err error) (bool, error) {
 	m := q.m
 	m.cleanup(q.ctx, q.a, q.o.Queue, q.suspect, q.o.Slot)
 	if err == nil || errors.Is(err, q.ctx.Err()) {

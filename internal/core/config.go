@@ -20,6 +20,10 @@ type Config struct {
 	ShardedSet    bool          // ShardedPubSub was chosen; else a ClusterClient decides at first use (Redisson's AUTO)
 	ReplicaAck    time.Duration // WAIT timeout after an acquisition (see replicas.go); default 1 s; negative turns it off
 
+	Observer Observer      // receives the locks' events (observe.go); nil: none, and no cost
+	LongWait time.Duration // report a wait lasting this long (LongWait event); 0: off
+	LongHold time.Duration // report a hold lasting this long (LongHold event); 0: off
+
 	// Set only by tests, through the options below, when the client is
 	// made; never changed on a live session.
 	Scripts *wire.Scripts // the scripts the locks run; default wire.Default()
@@ -96,6 +100,8 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: lease %v (need at least 3ms)", ErrInvalidValue, c.Lease)
 	case c.WaitSlot < time.Millisecond:
 		return fmt.Errorf("%w: wait slot %v", ErrInvalidValue, c.WaitSlot)
+	case c.LongWait < 0 || c.LongHold < 0:
+		return fmt.Errorf("%w: long-wait alert %v, long-hold alert %v", ErrInvalidValue, c.LongWait, c.LongHold)
 	case c.LatchTTL < time.Millisecond || c.CleanupTime < 0 || c.RenewBatch < 0:
 		return fmt.Errorf("%w: latch %v, cleanup %v, batch %d", ErrInvalidValue, c.LatchTTL, c.CleanupTime, c.RenewBatch)
 	}

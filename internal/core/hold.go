@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -11,16 +12,36 @@ import (
 // granted records an acquisition sent at sent: the first starts a hold
 // (watchdog or lease timer), a re-entry adds to it. It reports false,
 // recording nothing, when the session was closed meanwhile.
-func (m *Mutex) granted(sent time.Time, leaseMs int64, watchdogKept bool) bool {
+func (m *Mutex) granted(sent time.Time, leaseMs int64, watchdogKept bool, q *acquisition) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h := m.cur
+	reentry := h != nil
 	if h == nil {
 		if !m.S.track(m) {
 			return false
 		}
 		h = &hold{m: m}
 		m.cur = h
+		if m.S.obs != nil {
+			if l := m.last; l != nil && l.lostPending {
+				// The previous hold's loss, held back for an unlock
+				// still in flight, is reported before this hold starts.
+				l.lostPending = false
+				m.S.obs.emit(m.event(Lost, l.heldFor, l.err))
+			}
+			h.start = time.Now()
+			if d := m.S.Config.LongHold; d > 0 {
+				h.long = time.AfterFunc(d, h.longHold)
+			}
+		}
+	}
+	if m.S.obs != nil {
+		// Under m.mu: the grant is reported before the hold's end can be.
+		q.waitOver()
+		e := m.event(Granted, time.Since(q.t0), nil)
+		e.Waited, e.Reentry = q.waited, reentry
+		m.S.obs.emit(e)
 	}
 	m.holds++
 	h.leaseMs = leaseMs
@@ -38,6 +59,29 @@ func (m *Mutex) granted(sent time.Time, leaseMs int64, watchdogKept bool) bool {
 		h.timer.Reset(time.Until(h.validUntil))
 	}
 	return true
+}
+
+// longHold reports that h has lasted the long-hold threshold, if it goes on.
+func (h *hold) longHold() {
+	m := h.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur == h {
+		m.S.obs.emit(m.event(LongHold, time.Since(h.start), nil))
+	}
+}
+
+// RenewFailed is the watchdog's report that a renewal of h got no answer.
+func (h *hold) RenewFailed(err error) {
+	m := h.m
+	if m.S.obs == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cur == h {
+		m.S.obs.emit(m.event(RenewFailed, time.Since(h.start), err))
+	}
 }
 
 // expire runs when the validity timer fires: the hold ends as lost unless a
@@ -150,6 +194,22 @@ func (m *Mutex) endLocked(h *hold, err error) {
 	}
 	if h.timer != nil {
 		h.timer.Stop()
+	}
+	if m.S.obs != nil {
+		if h.long != nil {
+			h.long.Stop()
+		}
+		switch {
+		case err == nil:
+			m.S.obs.emit(m.event(Released, time.Since(h.start), nil))
+		case h.unlocking > 0 && errors.Is(err, ErrLost):
+			// An unlock is in flight: a renewal that found the key
+			// gone may have raced it, and its confirmed release then
+			// withdraws the loss (released). Reported when it returns.
+			h.lostPending, h.heldFor = true, time.Since(h.start)
+		default:
+			m.S.obs.emit(m.event(Lost, time.Since(h.start), err))
+		}
 	}
 	h.err = err
 	h.ended = true

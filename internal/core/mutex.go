@@ -70,6 +70,14 @@ type hold struct {
 	wd         *watchdog.Entry
 	validUntil time.Time
 	timer      *time.Timer // fires at validUntil
+	start      time.Time   // the first grant (set only with an observer)
+	long       *time.Timer // the long-hold alert; nil: none
+	// With an observer: unlocks of this hold in flight, and a loss not yet
+	// reported because one was (Unlock reports it, or a Released instead
+	// when the release is confirmed).
+	unlocking   int
+	lostPending bool
+	heldFor     time.Duration // the hold's length when its loss was held back
 }
 
 // Drift is the margin taken off every lease when computing a hold's

@@ -66,6 +66,7 @@ type Session struct {
 	held     map[*Mutex]int              // handles with a current hold
 	kinds    map[watchdog.Kind]RenewEach // renewal of each watchdog kind (guarded by life)
 	watching bool                        // watch runs (from the first hold on)
+	obs      *observer                   // nil: no observer (Config.Observer)
 }
 
 // WallMs is the client's wall clock in Unix milliseconds, as the fair-lock
@@ -94,6 +95,9 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	s.closeCtx, s.closeNow = context.WithCancelCause(context.Background())
 	s.bgCtx, s.bgStop = context.WithCancel(context.Background())
 	s.work = newWorkers(s.bgCtx.Done())
+	if cfg.Observer != nil {
+		s.obs = newObserver(cfg.Observer)
+	}
 	s.resendAfter = resendAfter(rdb)
 	s.enforcesDeadlines = enforcesDeadlines(rdb)
 	mode := pubsub.Sharded(cfg.ShardedPubSub, Slot)
@@ -381,6 +385,10 @@ func (s *Session) Close() error {
 		s.bgStop()
 		waitFor(&s.bg, time.Second)
 		err = s.Hub.Close()
+		if s.obs != nil {
+			// The events of the holds Close ended are delivered first.
+			s.obs.close(s.Config.CleanupTime)
+		}
 	})
 	return err
 }

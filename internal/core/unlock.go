@@ -41,12 +41,33 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if h != nil {
 		leaseMs = h.leaseMs
 	}
+	obs := h != nil && m.S.obs != nil
+	if obs {
+		h.unlocking++
+	}
 	m.mu.Unlock()
 	res, err := m.sendUnlock(ctx, m.unlockArgs(leaseMs))
-	if err != nil {
-		return fmt.Errorf("fairlock: unlock %q: %w", m.Keys.Name, err)
+	if err == nil {
+		err = m.unlocked(h, res)
+	} else {
+		err = fmt.Errorf("fairlock: unlock %q: %w", m.Keys.Name, err)
 	}
-	return m.unlocked(h, res)
+	if obs {
+		m.unlockDone(h)
+	}
+	return err
+}
+
+// unlockDone reports a loss of h held back while this unlock was in flight
+// and not withdrawn by its confirmed release.
+func (m *Mutex) unlockDone(h *hold) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h.unlocking--
+	if h.unlocking == 0 && h.lostPending {
+		h.lostPending = false
+		m.S.obs.emit(m.event(Lost, h.heldFor, h.err))
+	}
 }
 
 // unlocked applies the reply of this handle's unlock to its hold h (nil:
@@ -90,6 +111,10 @@ func (m *Mutex) released(h *hold) {
 	}
 	if m.last == h && errors.Is(h.err, ErrLost) {
 		h.err = nil
+		if h.lostPending {
+			h.lostPending = false
+			m.S.obs.emit(m.event(Released, h.heldFor, nil))
+		}
 	}
 }
 

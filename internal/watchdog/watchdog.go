@@ -96,6 +96,15 @@ type Holder interface {
 	ValidUntil() time.Time
 }
 
+// RenewFailer is a Holder told of each renewal that got no answer (an
+// error, or a reply of the wrong length). It must not block.
+type RenewFailer interface {
+	RenewFailed(err error)
+}
+
+// errShortReply: a renewal reply without one status per entry.
+var errShortReply = lostError("renewal reply of the wrong length")
+
 // Entry is one registered (lock, owner).
 type Entry struct {
 	name, owner string
@@ -271,6 +280,14 @@ func (w *Watchdog) renewBatch(renew RenewFunc, batch []*Entry) {
 	}
 	w.mu.Unlock()
 	if err != nil || len(st) != len(batch) {
+		if err == nil {
+			err = errShortReply
+		}
+		for _, e := range batch {
+			if f, ok := e.holder.(RenewFailer); ok {
+				f.RenewFailed(err)
+			}
+		}
 		return // nothing confirmed: each holder's validity runs out on its own
 	}
 	for i, e := range batch {

@@ -1,0 +1,134 @@
+package otelobserve_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/otelobserve"
+	"github.com/fairlock-go/fairlock/reentrant"
+)
+
+// A run of two holds, one after a wait, one ended by Close, gives the
+// histograms and counters their counts; names are recorded only through
+// WithNames.
+func TestMetrics(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		reader := sdkmetric.NewManualReader()
+		meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+		var opts []otelobserve.Option
+		if named {
+			opts = append(opts, otelobserve.WithNames(func(n string) string { return strings.SplitN(n, ":", 2)[0] }))
+		}
+		o, err := otelobserve.New(meter, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+		defer rdb.Close()
+		c, err := fairlock.NewClient(rdb, fairlock.WithObserver(o))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		a, _ := reentrant.New(c, "acct:1")
+		b, _ := reentrant.New(c, "acct:1")
+		if err := a.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() { got <- b.Lock(ctx) }()
+		for deadline := time.Now().Add(15 * time.Second); waiting(t, reader) != 1; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the second handle was not seen waiting within 15s")
+			}
+		}
+		if err := a.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil { // b's hold ends as closed
+			t.Fatal(err)
+		}
+
+		var rm metricdata.ResourceMetrics
+		if err := reader.Collect(ctx, &rm); err != nil {
+			t.Fatal(err)
+		}
+		counts := map[string]uint64{}
+		sums := map[string]int64{}
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				switch d := m.Data.(type) {
+				case metricdata.Histogram[float64]:
+					for _, p := range d.DataPoints {
+						counts[m.Name+" "+attr(p.Attributes, "outcome")] += p.Count
+						checkName(t, named, m.Name, p.Attributes)
+					}
+				case metricdata.Sum[int64]:
+					for _, p := range d.DataPoints {
+						sums[m.Name] += p.Value
+						checkName(t, named, m.Name, p.Attributes)
+					}
+				}
+			}
+		}
+		want := map[string]uint64{"fairlock.wait.duration granted": 1, "fairlock.hold.duration released": 1, "fairlock.hold.duration closed": 1}
+		for k, v := range want {
+			if counts[k] != v {
+				t.Errorf("named %v: %s: %d, want %d (all: %v)", named, k, counts[k], v, counts)
+			}
+		}
+		if sums["fairlock.waiting"] != 0 || sums["fairlock.held"] != 0 {
+			t.Errorf("named %v: waiting %d, held %d after the run, want 0", named, sums["fairlock.waiting"], sums["fairlock.held"])
+		}
+	}
+}
+
+func waiting(t *testing.T, r *sdkmetric.ManualReader) int64 {
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Sum[int64]); ok && m.Name == "fairlock.waiting" {
+				for _, p := range d.DataPoints {
+					n += p.Value
+				}
+			}
+		}
+	}
+	return n
+}
+
+func attr(s attribute.Set, k string) string {
+	v, _ := s.Value(attribute.Key(k))
+	return v.AsString()
+}
+
+func checkName(t *testing.T, named bool, metric string, s attribute.Set) {
+	t.Helper()
+	v, ok := s.Value("lock.name")
+	switch {
+	case named && (!ok || v.AsString() != "acct"):
+		t.Errorf("%s: lock.name %q, want the mapped \"acct\"", metric, v.AsString())
+	case !named && ok:
+		t.Errorf("%s: lock.name %q recorded without WithNames", metric, v.AsString())
+	}
+	if k, _ := s.Value("lock.kind"); k.AsString() != "reentrant" {
+		t.Errorf("%s: lock.kind %q", metric, k.AsString())
+	}
+}
