@@ -55,6 +55,17 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "  %*d  %-*s  %-12s  %s\n", pw, q.Position, ow, q.Owner, deadline(q), left(q))
 		}
 	}
+	if g := r.Grace; g != nil {
+		nth := "first"
+		if g.Second {
+			nth = "second, last"
+		}
+		if g.LeftMs > 0 {
+			fmt.Fprintf(&b, "grace:  %s may take the free lock, %s left (%s grace)\n", g.Owner, round(g.LeftMs), nth)
+		} else {
+			fmt.Fprintf(&b, "grace:  %s, ran out %s ago (%s grace)\n", g.Owner, round(-g.LeftMs), nth)
+		}
+	}
 	if len(r.Unqueued) > 0 {
 		fmt.Fprintf(&b, "deadlines of owners not in the queue: %d\n", len(r.Unqueued))
 		for _, q := range r.Unqueued {
