@@ -437,8 +437,9 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if *watch {
 		// A frame must not hang on a Redis that went away: one retry,
-		// and each frame's reads are bounded (frameTimeout).
-		o.MaxRetries = 1
+		// one dial a try (the next frame tries again), and each frame's
+		// reads are bounded (frameTimeout).
+		o.MaxRetries, o.DialerRetries = 1, 1
 		rdb := redis.NewClient(o)
 		defer rdb.Close()
 		return watchLock(ctx, rdb, name, watchConfig{interval: *interval, count: *count,

@@ -36,20 +36,25 @@ type Latch struct {
 // Latches are the latch keys found by one bounded SCAN.
 type Latches struct {
 	Keys []Latch `json:"keys"`
-	// Found is how many latch keys the scan found; more than len(Keys)
-	// when only the first MaxLatches are shown.
-	Found int `json:"found"`
+	// Found is how many latch keys the scan found, Unlock and Acquire
+	// how many of each kind; more than len(Keys) when only the newest
+	// MaxLatches are listed.
+	Found   int `json:"found"`
+	Unlock  int `json:"unlock"`
+	Acquire int `json:"acquire"`
 	// Partial is true when the scan stopped after its bound before it
 	// had gone through the whole keyspace: there may be more.
 	Partial bool `json:"partial,omitempty"`
 }
 
 // Bounds of the latch scan: SCAN calls per read and keys per call (a hint
-// to Redis), and latch keys shown.
+// to Redis), latch keys whose state and PTTL are read, and latch keys
+// listed (the newest: the most time left).
 const (
 	MaxScanCalls = 64
 	ScanCount    = 1000
-	MaxLatches   = 20
+	maxLatchRead = 200
+	MaxLatches   = 10
 )
 
 // globEscape escapes the characters SCAN MATCH gives a meaning to.
@@ -66,8 +71,8 @@ func globEscape(s string) string {
 
 // ReadLatches lists the unlock and acquisition latch keys of the lock
 // called name with SCAN MATCH (never KEYS), at most MaxScanCalls calls, and
-// reads the value and PTTL of the first MaxLatches found. It sends only read
-// commands.
+// lists the newest MaxLatches found, with their state and PTTL. It sends
+// only read commands.
 func ReadLatches(ctx context.Context, rdb redis.Cmdable, name string) (*Latches, error) {
 	k := wire.KeysFor(name)
 	prefixes := map[string]string{k.Latch(""): UnlockLatch, k.AcquireLatch(""): AcquireLatch}
@@ -99,10 +104,15 @@ func ReadLatches(ctx context.Context, rdb redis.Cmdable, name string) (*Latches,
 	keys := make([]string, 0, len(found))
 	for key := range found {
 		keys = append(keys, key)
+		if strings.HasPrefix(key, k.Latch("")) {
+			l.Unlock++
+		} else {
+			l.Acquire++
+		}
 	}
 	sort.Strings(keys)
-	if len(keys) > MaxLatches {
-		keys = keys[:MaxLatches]
+	if len(keys) > maxLatchRead {
+		keys = keys[:maxLatchRead]
 	}
 	if len(keys) == 0 {
 		return l, nil
@@ -136,6 +146,17 @@ func ReadLatches(ctx context.Context, rdb redis.Cmdable, name string) (*Latches,
 				l.Keys = append(l.Keys, Latch{Kind: kind, Key: key, RequestID: strings.TrimPrefix(key, p), Value: v, TTLMs: ttl})
 			}
 		}
+	}
+	// Newest first: the most time left (no expiry counts as the most).
+	left := func(x Latch) int64 {
+		if x.TTLMs < 0 {
+			return 1 << 62
+		}
+		return x.TTLMs
+	}
+	sort.SliceStable(l.Keys, func(i, j int) bool { return left(l.Keys[i]) > left(l.Keys[j]) })
+	if len(l.Keys) > MaxLatches {
+		l.Keys = l.Keys[:MaxLatches]
 	}
 	return l, nil
 }
@@ -195,9 +216,13 @@ func (f *Frame) WriteText(w io.Writer, header string) error {
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
-	if err := f.Report.WriteText(&b); err != nil {
-		return err
-	}
+	f.Report.writeText(&b, true, func(b *strings.Builder) { f.writeLatches(b) })
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeLatches writes the frame's latch lines.
+func (f *Frame) writeLatches(b *strings.Builder) {
 	switch {
 	case f.LatchError != "":
 		b.WriteString(wrap("latches: ", "ERROR "+f.LatchError))
@@ -209,26 +234,25 @@ func (f *Frame) WriteText(w io.Writer, header string) error {
 		b.WriteString(s + "\n")
 	default:
 		l := f.Latches
-		fmt.Fprintf(&b, "latches: %d", l.Found)
-		if l.Found > len(l.Keys) {
-			fmt.Fprintf(&b, ", the first %d shown", len(l.Keys))
-		}
+		fmt.Fprintf(b, "latches: %d (%d unlock, %d acquire)", l.Found, l.Unlock, l.Acquire)
 		if l.Partial {
-			fmt.Fprintf(&b, " (scan stopped after %d calls: there may be more)", MaxScanCalls)
+			fmt.Fprintf(b, ", scan stopped after %d calls: maybe more", MaxScanCalls)
 		}
-		b.WriteString(" (request id, state, expires in)\n")
+		if l.Found > len(l.Keys) {
+			fmt.Fprintf(b, "; the newest %d:", len(l.Keys))
+		}
+		b.WriteString("\n")
 		iw, vw := len("request id"), len("state")
 		for _, x := range l.Keys {
 			iw, vw = max(iw, len(x.RequestID)), max(vw, len(x.Value))
 		}
+		fmt.Fprintf(b, "  %-7s  %-*s  %-*s  %s\n", "kind", iw, "request id", vw, "state", "expires in")
 		for _, x := range l.Keys {
 			ttl := "never"
 			if x.TTLMs >= 0 {
 				ttl = round(x.TTLMs)
 			}
-			fmt.Fprintf(&b, "  %-7s  %-*s  %-*s  %s\n", x.Kind, iw, x.RequestID, vw, x.Value, ttl)
+			fmt.Fprintf(b, "  %-7s  %-*s  %-*s  %s\n", x.Kind, iw, x.RequestID, vw, x.Value, ttl)
 		}
 	}
-	_, err := io.WriteString(w, b.String())
-	return err
 }
