@@ -95,7 +95,8 @@ inspect flags:
                    unlock/acquisition latch keys, until Ctrl-C (exit 130);
                    a terminal is redrawn, else frames follow each other
                    under a "=== frame N at TIME ===" line; a Redis error
-                   is shown in its frame and the watch goes on
+                   is shown in its frame and the watch goes on (a Redis
+                   unreachable at the start is exit 1)
   --interval D     time between frames, 10ms to 1h             (default 1s)
   --count N        stop after N frames, with the exit code of the last
                    (0, 1 Redis error, 3 inconsistency)  (default 0: never)

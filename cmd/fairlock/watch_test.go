@@ -290,3 +290,28 @@ func TestReadLatches(t *testing.T) {
 		}, l.Keys, name)
 	}
 }
+
+// TestInspectWatchReadOnly records every command one frame sends.
+func TestInspectWatchReadOnly(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		name := redistest.Prefix(t) + "seats"
+		_, _, steps := watchScenario(t, b, name)
+		for _, s := range steps {
+			s() // queued, then released: a grace and two latches
+		}
+		rdb := b.Client(t)
+		rec := &recorder{}
+		rdb.AddHook(rec)
+		f := inspect.ReadFrame(testCtx(t), rdb, name, 1, time.Now())
+		require.Empty(t, f.Error)
+		require.NotNil(t, f.Grace)
+		require.Equal(t, 2, f.Latches.Found)
+		allowed := map[string]bool{"hello": true, "client setinfo": true, "client maint_notifications": true,
+			"multi": true, "exec": true, "type": true, "hgetall": true,
+			"pttl": true, "lrange": true, "zrange": true, "get": true, "time": true, "scan": true}
+		require.Contains(t, rec.cmds, "scan")
+		for _, c := range rec.cmds {
+			assert.True(t, allowed[c], "a frame sent %s", c)
+		}
+	})
+}

@@ -5,6 +5,8 @@
 // The state is read and checked by internal/lockstate (one MULTI/EXEC of
 // read commands, so the report describes one instant of the server, and
 // never writes); this package turns it into the report the command prints.
+// For inspect --watch, ReadFrame adds the lock's unlock and acquisition
+// latch keys, found with a bounded SCAN MATCH (ReadLatches), also read-only.
 package inspect
 
 import (
