@@ -5,6 +5,7 @@
 //	go run ./cmd/fairlock demo --multi 4 --lock all  # 1-4 adjacent seats a booking
 //	go run ./cmd/fairlock demo --svg chart.svg      # the chart's path ("" for none)
 //	go run ./cmd/fairlock inspect seats --redis 127.0.0.1:6379 [--json]
+//	go run ./cmd/fairlock inspect seats --redis 127.0.0.1:6379 --watch [--interval 500ms]
 //
 // demo: clients book numbered seats under the fair lock and then under the
 // reentrant (unfair) lock, and it compares arrival order with grant order,
@@ -17,8 +18,14 @@
 // expire within 10 s. It never flushes.
 //
 // inspect: prints who holds the lock NAME, its queue in order with each
-// waiter's deadline, and any inconsistency in that state. It sends only
-// read commands.
+// waiter's deadline, the head grace, and any inconsistency in that state.
+// It sends only read commands. With --watch it reads the lock again every
+// --interval (1s) and prints each frame, with the lock's unlock and
+// acquisition latch keys (a bounded SCAN MATCH), until interrupted or
+// --count frames: on a terminal it redraws the screen, else it prints the
+// frames one after the other under a line with the frame's time; with
+// --json, one JSON object a line. A Redis error is shown in its frame and
+// the watch goes on.
 //
 // Exit codes: 0 done; 1 an error (such as an unreachable Redis); 2 bad
 // usage; 3 inspect found an inconsistency of severity error; 130
@@ -50,8 +57,8 @@ const usage = `fairlock: demo and inspector of the fairlock Redis locks
 Usage:
   fairlock [demo] [flags]         book seats under the fair lock, then the
                                   reentrant lock, and compare the two
-  fairlock inspect NAME [flags]   show lock NAME's holder, queue, deadlines
-                                  and inconsistencies (read-only)
+  fairlock inspect NAME [flags]   show lock NAME's holder, queue, deadlines,
+                                  head grace and inconsistencies (read-only)
   fairlock help                   this text
 
 demo flags:
@@ -83,6 +90,16 @@ demo flags:
 inspect flags:
   --redis ADDR     host:port or redis:// URL (required)
   --json           print a JSON document instead of text
+                   (with --watch: one JSON object a frame, a line each)
+  --watch          read and print the lock again every interval, with its
+                   unlock/acquisition latch keys, until Ctrl-C (exit 130);
+                   a terminal is redrawn, else frames follow each other
+                   under a "=== frame N at TIME ===" line; a Redis error
+                   is shown in its frame and the watch goes on (a Redis
+                   unreachable at the start is exit 1)
+  --interval D     time between frames, 10ms to 1h             (default 1s)
+  --count N        stop after N frames, with the exit code of the last
+                   (0, 1 Redis error, 3 inconsistency)  (default 0: never)
 
 Exit codes: 0 done, 1 error (e.g. Redis unreachable), 2 bad usage,
 3 inspect found an inconsistency, 130 interrupted.
@@ -378,6 +395,9 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := newFlags("inspect", stderr)
 	addr := fs.String("redis", "", "")
 	asJSON := fs.Bool("json", false, "")
+	watch := fs.Bool("watch", false, "")
+	interval := fs.Duration("interval", time.Second, "")
+	count := fs.Int("count", 0, "")
 	pos, code, ok := parse(fs, args)
 	if !ok {
 		return code
@@ -393,6 +413,12 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return bad("one lock NAME expected, got %d arguments", len(pos))
 	case *addr == "":
 		return bad("--redis host:port is required")
+	case !*watch && (flagSet(fs, "interval") || flagSet(fs, "count")):
+		return bad("--interval and --count go with --watch")
+	case *interval < minInterval || *interval > maxInterval:
+		return bad("--interval %v: must be from %v to %v", *interval, minInterval, maxInterval)
+	case *count < 0:
+		return bad("--count %d: must be 0 (until interrupted) or more", *count)
 	}
 	name := pos[0]
 	if err := wire.ValidateName(name); err != nil {
@@ -404,8 +430,21 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return bad("--redis: %v", err)
 	}
 	if err := ping(ctx, o); err != nil {
+		if *watch && ctx.Err() != nil {
+			return watchInterrupted(stderr)
+		}
 		fmt.Fprintf(stderr, "fairlock inspect: %v\n", err)
 		return 1
+	}
+	if *watch {
+		// A frame must not hang on a Redis that went away: one retry,
+		// one dial a try (the next frame tries again), and each frame's
+		// reads are bounded (frameTimeout).
+		o.MaxRetries, o.DialerRetries = 1, 1
+		rdb := redis.NewClient(o)
+		defer rdb.Close()
+		return watchLock(ctx, rdb, name, watchConfig{interval: *interval, count: *count,
+			json: *asJSON, terminal: isTerminal(stdout), addr: o.Addr}, stdout, stderr)
 	}
 	rdb := redis.NewClient(o)
 	defer rdb.Close()
@@ -429,4 +468,90 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 3
 	}
 	return 0
+}
+
+// Bounds of inspect --interval: faster would only load Redis (each frame is
+// a transaction and a SCAN), slower is no longer a live view.
+const (
+	minInterval = 10 * time.Millisecond
+	maxInterval = time.Hour
+)
+
+// frameTimeout bounds the reads of one frame of inspect --watch.
+const frameTimeout = 5 * time.Second
+
+type watchConfig struct {
+	interval time.Duration
+	count    int // frames; 0 for until interrupted
+	json     bool
+	terminal bool // clear the screen between frames
+	addr     string
+}
+
+// clearScreen moves the cursor home and clears a terminal.
+const clearScreen = "\x1b[H\x1b[2J"
+
+// watchLock is inspect --watch: it reads and prints the lock every
+// interval. It returns 130 when interrupted; after c.count frames, the
+// exit code inspect would give for the last one (0, 1 for a Redis error, 3
+// for an inconsistency of severity error).
+func watchLock(ctx context.Context, rdb *redis.Client, name string, c watchConfig, stdout, stderr io.Writer) int {
+	tick := time.NewTicker(c.interval)
+	defer tick.Stop()
+	for n := 1; ; n++ {
+		fctx, cancel := context.WithTimeout(ctx, frameTimeout)
+		f := inspect.ReadFrame(fctx, rdb, name, n, time.Now())
+		cancel()
+		if ctx.Err() != nil {
+			return watchInterrupted(stderr)
+		}
+		var err error
+		switch {
+		case c.json:
+			err = f.WriteNDJSON(stdout)
+		case c.terminal:
+			head := fmt.Sprintf("%sfairlock inspect --watch  %s  every %v  frame %d  %s  (Ctrl-C to stop)",
+				clearScreen, c.addr, c.interval, n, f.Time[11:23]+" UTC")
+			err = f.WriteText(stdout, head)
+		default:
+			sep := ""
+			if n > 1 {
+				sep = "\n"
+			}
+			err = f.WriteText(stdout, fmt.Sprintf("%s=== frame %d at %s ===", sep, n, f.Time))
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "fairlock inspect: %v\n", err)
+			return 1
+		}
+		if c.count > 0 && n >= c.count {
+			switch {
+			case f.Error != "":
+				return 1
+			case !f.OK:
+				return 3
+			}
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return watchInterrupted(stderr)
+		case <-tick.C:
+		}
+	}
+}
+
+func watchInterrupted(stderr io.Writer) int {
+	fmt.Fprintln(stderr, "fairlock inspect: interrupted: stopped watching")
+	return 130
+}
+
+// isTerminal tells whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

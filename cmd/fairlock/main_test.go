@@ -621,6 +621,7 @@ func TestExitCodes(t *testing.T) {
 		usage  bool   // stderr shows the usage
 	}{
 		{[]string{"inspect", "seats", "--redis", down}, 1, "cannot reach Redis at " + down, false},
+		{[]string{"inspect", "seats", "--redis", down, "--watch"}, 1, "cannot reach Redis at " + down, false},
 		{[]string{"demo", "--redis", down}, 1, "cannot reach Redis at " + down, false},
 		{[]string{"demo", "--clients", "x"}, 2, "invalid value", true},
 		{[]string{"demo", "--clients", "0"}, 2, "--clients 0", true},

@@ -5,6 +5,8 @@
 // The state is read and checked by internal/lockstate (one MULTI/EXEC of
 // read commands, so the report describes one instant of the server, and
 // never writes); this package turns it into the report the command prints.
+// For inspect --watch, ReadFrame adds the lock's unlock and acquisition
+// latch keys, found with a bounded SCAN MATCH (ReadLatches), also read-only.
 package inspect
 
 import (
@@ -37,6 +39,16 @@ type Holder struct {
 	Raw string `json:"raw,omitempty"`
 }
 
+// Grace is the fair lock's head grace key (fair_common.lua): the head that
+// may take the free lock, and how long it has left to do so.
+type Grace struct {
+	Owner  string `json:"owner"`
+	Second bool   `json:"second"` // the head's second (last) grace
+	// LeftMs is the grace left on the Redis server's clock (the key's
+	// PTTL less its margin); 0 or less when it ran out.
+	LeftMs int64 `json:"left_ms"`
+}
+
 // Waiter is one queued owner.
 type Waiter struct {
 	Position    int    `json:"position"` // 1 is the head
@@ -60,6 +72,7 @@ type Report struct {
 		Queue         string `json:"queue"`
 		Timeouts      string `json:"timeouts"`
 		ScalableQueue string `json:"scalable_queue"`
+		Grace         string `json:"grace"`
 	} `json:"keys"`
 	// Engine is "redisson" (queue list and timeout zset), "scalable"
 	// (fair.Scalable's linked list), "both" (an error), or "" when no
@@ -78,7 +91,9 @@ type Report struct {
 	Queue   []Waiter `json:"queue"`
 	// Unqueued are owners with a deadline in the timeout zset but not in
 	// the queue list.
-	Unqueued []Waiter  `json:"deadlines_not_queued"`
+	Unqueued []Waiter `json:"deadlines_not_queued"`
+	// Grace is the fair lock's head grace key, nil when it does not exist.
+	Grace    *Grace    `json:"grace,omitempty"`
 	Problems []Problem `json:"problems"`
 	// OK is false when a problem of severity Error was found.
 	OK bool `json:"ok"`
@@ -96,8 +111,11 @@ func Read(ctx context.Context, rdb redis.Cmdable, name string, now time.Time) (*
 		Locked: s.Locked, LeaseMs: s.LeaseMs, OK: s.OK,
 		Holders: make([]Holder, 0, len(s.Holders)), Queue: waiters(s.Queue), Unqueued: waiters(s.Unqueued),
 		Problems: make([]Problem, 0, len(s.Problems))}
-	r.Keys.Lock, r.Keys.Queue, r.Keys.Timeouts, r.Keys.ScalableQueue =
-		s.Keys.Lock, s.Keys.Queue, s.Keys.Timeouts, s.Keys.ScalableQueue
+	r.Keys.Lock, r.Keys.Queue, r.Keys.Timeouts, r.Keys.ScalableQueue, r.Keys.Grace =
+		s.Keys.Lock, s.Keys.Queue, s.Keys.Timeouts, s.Keys.ScalableQueue, s.Keys.Grace
+	if s.Grace.Owner != "" {
+		r.Grace = &Grace{Owner: s.Grace.Owner, Second: s.Grace.Second, LeftMs: s.Grace.LeftMs}
+	}
 	for _, h := range s.Holders {
 		r.Holders = append(r.Holders, Holder{Owner: h.Owner, HoldCount: h.HoldCount, Raw: h.Raw})
 	}
