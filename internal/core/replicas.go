@@ -79,11 +79,8 @@ func (s *Session) primaryFor(ctx context.Context, key string) (*redis.Client, er
 // (an ACL, a managed service) counts as having none.
 func (s *Session) replicas(ctx context.Context, node *redis.Client) (int, error) {
 	addr := node.Options().Addr
-	s.acks.mu.Lock()
-	rc, ok := s.acks.count[addr]
-	s.acks.mu.Unlock()
-	if ok && time.Since(rc.at) < replicaCacheTTL {
-		return rc.n, nil
+	if n, ok := s.cachedReplicas(addr); ok {
+		return n, nil
 	}
 	info, err := node.Info(ctx, "replication").Result()
 	n := 0
@@ -117,14 +114,24 @@ func (s *Session) ackCanWait() bool {
 	}
 	switch c := s.RDB.(type) {
 	case *redis.Client:
-		s.acks.mu.Lock()
-		rc, ok := s.acks.count[c.Options().Addr]
-		s.acks.mu.Unlock()
-		return !ok || rc.n != 0 || time.Since(rc.at) >= replicaCacheTTL
+		n, ok := s.cachedReplicas(c.Options().Addr)
+		return !ok || n != 0
 	case *redis.ClusterClient:
 		return true
 	}
 	return false
+}
+
+// cachedReplicas is the replica count of the server at addr as replicas
+// last read it, when that was within replicaCacheTTL (ok false: not known).
+func (s *Session) cachedReplicas(addr string) (n int, ok bool) {
+	s.acks.mu.Lock()
+	rc, ok := s.acks.count[addr]
+	s.acks.mu.Unlock()
+	if !ok || time.Since(rc.at) >= replicaCacheTTL {
+		return 0, false
+	}
+	return rc.n, true
 }
 
 func (s *Session) forgetReplicas(node *redis.Client) {
