@@ -163,6 +163,38 @@ func TestCheckOrder(t *testing.T) {
 	expect(t, CheckOrder(h), "order", 1)
 }
 
+// A give-up lost with a failover: its owner's next call resumes the old
+// place (TestReplicaFailover, CI at a9cae8d, seed 1418328590625521715:
+// 5f45dc:5 gave up at 20.588s, the Sentinels failed over again about 2 s
+// after the run's own failover, and its next call, at 23.037s, was granted
+// before d667cb:5, which had joined at 21.672s).
+func TestCheckOrderLostGiveUp(t *testing.T) {
+	h := hist()
+	// b queues and gives up at 3s
+	p := &Call{ID: 1, Client: 1, Owner: "b:1", Lock: "L", Op: "TryLockFor", Wait: true, Start: 1 * s, End: 3 * s, CtxEnd: Never}
+	// a joins at 5s, granted at 7s; b's next call joins at 6s, granted at 6.5s
+	ca := &Call{ID: 2, Client: 0, Owner: "a:1", Lock: "L", Op: "Lock", Wait: true, Start: ms(4990), End: 7 * s, CtxEnd: Never, Acquired: true}
+	cb := &Call{ID: 3, Client: 1, Owner: "b:1", Lock: "L", Op: "Lock", Wait: true, Start: ms(5990), End: ms(6500), CtxEnd: Never, Acquired: true}
+	h.Calls = []*Call{p, ca, cb}
+	h.Joins = []Join{{"b:1", "L", ms(1000), ms(1010)}, {"a:1", "L", 5 * s, ms(5010)}, {"b:1", "L", 6 * s, ms(6010)}}
+	// no failover: b overtook a
+	expect(t, CheckOrder(h), "order", 1)
+	// a failover from 2.5s to 4s: b's give-up may have been lost
+	h.Faults = []Fault{{Kind: FFailover, Client: -1, Start: ms(2500), End: 4 * s}}
+	expect(t, CheckOrder(h), "order", 0)
+	// a failover over before b gave up: nothing of it was lost
+	h.Faults = []Fault{{Kind: FFailover, Client: -1, Start: ms(1500), End: ms(2900)}}
+	expect(t, CheckOrder(h), "order", 1)
+	// b's earlier call took the lock: no entry was left
+	h.Faults = []Fault{{Kind: FFailover, Client: -1, Start: ms(2500), End: 4 * s}}
+	p.Acquired = true
+	expect(t, CheckOrder(h), "order", 1)
+	// b's earlier call never queued
+	p.Acquired = false
+	h.Joins = h.Joins[1:]
+	expect(t, CheckOrder(h), "order", 1)
+}
+
 func TestCheckLiveness(t *testing.T) {
 	h := hist()
 	// the lock is held until 2s; the waiter waits until 40s: the lock was free for 38s

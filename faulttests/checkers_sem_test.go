@@ -127,7 +127,7 @@ func CheckSemOrder(h *History) []Violation {
 				bad = true
 			}
 		}
-		if !bad {
+		if !bad && !ix.resumesLostPlace(h, c) {
 			by[c.Lock] = append(by[c.Lock], granted{c, js[0], tokens[c.ID]})
 		}
 	}

@@ -179,6 +179,27 @@ func newIndex(h *History) *index {
 	return ix
 }
 
+// resumesLostPlace reports that call c may have found its owner already
+// queued: an earlier call of the owner on the lock queued and ended without
+// the lock (its give-up ran) during a failover, or less than 2 s before one
+// began, so the give-up may have been lost with the failover and the
+// owner's entry come back (docs/design.md, "failover with replication
+// lag"). Then c, started after the failover began, resumes that place,
+// ahead of the waiters that joined after the give-up.
+func (ix *index) resumesLostPlace(h *History, c *Call) bool {
+	for _, p := range ix.calls[c.Lock] {
+		if p == c || p.Owner != c.Owner || !p.Wait || p.Acquired || p.End == Never || p.End > c.Start || len(ix.joinsOf(p)) == 0 {
+			continue
+		}
+		for _, f := range h.Faults {
+			if f.Kind == FFailover && f.Start-2*time.Second <= p.End && (f.End == Never || p.End <= f.End) && f.Start <= c.Start {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func overlaps(aStart, aEnd, bStart, bEnd time.Duration) bool {
 	return aStart <= bEnd && bStart <= aEnd
 }
@@ -279,6 +300,9 @@ func CheckOrder(h *History) []Violation {
 			if fu.End > js[0].End && fu.Start < c.End {
 				bad = true
 			}
+		}
+		if !bad && ix.resumesLostPlace(h, c) {
+			bad = true
 		}
 		if !bad {
 			by[c.Lock] = append(by[c.Lock], granted{c, js[0]})

@@ -69,6 +69,10 @@ type Env struct {
 	clients  []*Client
 	owners   map[string]*Handle
 	joinSHA  map[string]bool
+	leaveSHA map[string]bool // the fair give-up scripts' SHAs
+	// sentinelEvents are what the Sentinels published (NewReplicated):
+	// failovers the run did not fire are faults too (sentinel_test.go)
+	sentinelEvents []sentinelEvent
 	semSHA   map[string]bool // sem_fair_acquire.lua's (and broken variants') SHAs
 	seatsSHA map[string]bool // seats_acquire.lua's (and broken variants') SHAs
 	admin    *fairlock.Client
@@ -124,6 +128,10 @@ func newEnv(t testing.TB) *Env {
 		wire.Default().Script(wire.FileFairTryLockWait).Hash():             true,
 		wire.ScalableDefault().Script(wire.FileScalableTryLockWait).Hash(): true,
 	}
+	e.leaveSHA = map[string]bool{
+		wire.Default().Script(wire.FileFairAcquireFailed).Hash():             true,
+		wire.ScalableDefault().Script(wire.FileScalableAcquireFailed).Hash(): true,
+	}
 	return e
 }
 
@@ -175,6 +183,7 @@ func NewCluster(t testing.TB) *Env {
 func NewReplicated(t testing.TB) *Env {
 	e := newEnv(t)
 	e.Sentinels = redistest.SentinelsT(t)
+	e.watchSentinels()
 	e.primaries = func() []*redis.Client {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -285,15 +294,9 @@ func (hk joinHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if a, ok := ctx.Value(seatsAttemptKey{}).(*seatsAttempt); ok {
 			return hk.seatsProcess(ctx, cmd, next, a)
 		}
-		start := hk.e.H.Now()
-		err := next(ctx, cmd)
-		end := hk.e.H.Now()
-		if err != nil {
-			return err
-		}
 		args := cmd.Args()
 		if len(args) < 3 {
-			return err
+			return next(ctx, cmd)
 		}
 		src := fmt.Sprint(args[1])
 		sha := src
@@ -301,19 +304,13 @@ func (hk joinHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			sum := sha1.Sum([]byte(src))
 			sha = hex.EncodeToString(sum[:])
 		}
-		if !hk.e.joinSHA[sha] {
-			return err
-		}
-		c, ok := cmd.(*redis.Cmd)
-		if !ok {
-			return err
-		}
-		if _, isNum := c.Val().(int64); !isNum {
-			return err
+		join, leave := hk.e.joinSHA[sha], hk.e.leaveSHA[sha]
+		if !join && !leave {
+			return next(ctx, cmd)
 		}
 		nk, _ := strconv.Atoi(fmt.Sprint(args[2]))
 		if 3+nk > len(args) {
-			return err
+			return next(ctx, cmd)
 		}
 		hk.e.mu.Lock()
 		var owner *Handle
@@ -324,9 +321,31 @@ func (hk joinHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			}
 		}
 		hk.e.mu.Unlock()
-		if owner != nil {
-			hk.e.H.AddJoin(Join{Owner: owner.L.Owner(), Lock: owner.Lock, Start: start, End: end})
+		start := hk.e.H.Now()
+		err := next(ctx, cmd)
+		end := hk.e.H.Now()
+		if owner == nil {
+			return err
 		}
+		if leave || err != nil {
+			n := ScriptNote{Owner: owner.L.Owner(), Lock: owner.Lock, What: "try", Start: start, End: end}
+			if leave {
+				n.What = "give-up"
+			}
+			if err != nil && err != redis.Nil {
+				n.Err = err.Error()
+			}
+			hk.e.H.AddScript(n)
+			return err
+		}
+		c, ok := cmd.(*redis.Cmd)
+		if !ok {
+			return err
+		}
+		if _, isNum := c.Val().(int64); !isNum {
+			return err
+		}
+		hk.e.H.AddJoin(Join{Owner: owner.L.Owner(), Lock: owner.Lock, Start: start, End: end})
 		return err
 	}
 }

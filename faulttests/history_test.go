@@ -209,6 +209,15 @@ type Join struct {
 	Start, End time.Duration
 }
 
+// ScriptNote is a fair lock's give-up script call (acquireFailed), or a
+// try-lock-wait script call that failed: shown in a violation's history
+// (how a waiter left, or an attempt whose outcome is unknown).
+type ScriptNote struct {
+	Owner, Lock, What string
+	Start, End        time.Duration
+	Err               string // "" when it succeeded
+}
+
 // ResourceOp is one use of the resource a holder protects with the lock: a
 // read of the lock's counter at Read and, if the holder still believed it
 // held the lock at the end, a write of value+1 at Write.
@@ -263,6 +272,7 @@ type History struct {
 	Calls    []*Call
 	Windows  []*Window
 	Joins    []Join
+	Scripts  []ScriptNote // give-ups and failed tries of the fair locks (shown with a violation)
 	Faults   []Fault
 	Closes   []CloseEvent
 	Ops      []ResourceOp
@@ -317,10 +327,11 @@ func (h *History) Update(f func()) {
 }
 
 // AddJoin, AddFault, AddOp, AddClose and Problem append records.
-func (h *History) AddJoin(j Join)        { h.Update(func() { h.Joins = append(h.Joins, j) }) }
-func (h *History) AddOp(o ResourceOp)    { h.Update(func() { h.Ops = append(h.Ops, o) }) }
-func (h *History) AddClose(c CloseEvent) { h.Update(func() { h.Closes = append(h.Closes, c) }) }
-func (h *History) Problem(v Violation)   { h.Update(func() { h.Problems = append(h.Problems, v) }) }
+func (h *History) AddJoin(j Join)         { h.Update(func() { h.Joins = append(h.Joins, j) }) }
+func (h *History) AddScript(n ScriptNote) { h.Update(func() { h.Scripts = append(h.Scripts, n) }) }
+func (h *History) AddOp(o ResourceOp)     { h.Update(func() { h.Ops = append(h.Ops, o) }) }
+func (h *History) AddClose(c CloseEvent)  { h.Update(func() { h.Closes = append(h.Closes, c) }) }
+func (h *History) Problem(v Violation)    { h.Update(func() { h.Problems = append(h.Problems, v) }) }
 
 // AddFault records a fault and returns its index, for EndFault.
 func (h *History) AddFault(f Fault) int {
@@ -390,13 +401,35 @@ func (h *History) Timeline(lock string, from, to time.Duration, maxLines int) st
 		}
 	}
 	ix := newIndex(h)
+	claimed := map[Join]bool{}
 	for _, c := range h.Calls {
 		if !on(c.Lock) || !c.Wait {
 			continue
 		}
-		if js := ix.joinsOf(c); len(js) > 0 {
+		js := ix.joinsOf(c)
+		if len(js) > 0 {
 			add(js[0].End, fmt.Sprintf("joined %s queued in call #%d (script call %s..%s)", short(c.Owner), c.ID, ts(js[0].Start), ts(js[0].End)))
 		}
+		for _, j := range js {
+			claimed[j] = true
+		}
+	}
+	// a queued reply outside every call of its owner: a copy of an
+	// attempt that ran after its call had returned
+	for _, j := range h.Joins {
+		if on(j.Lock) && !claimed[j] {
+			add(j.End, fmt.Sprintf("joined %s outside any call of its own: a late copy (script call %s..%s)", short(j.Owner), ts(j.Start), ts(j.End)))
+		}
+	}
+	for _, n := range h.Scripts {
+		if !on(n.Lock) {
+			continue
+		}
+		out := "ok"
+		if n.Err != "" {
+			out = "err: " + n.Err
+		}
+		add(n.End, fmt.Sprintf("script %s %s (script call %s..%s) -> %s", n.What, short(n.Owner), ts(n.Start), ts(n.End), out))
 	}
 	for _, f := range h.Faults {
 		add(f.Start, "start  "+f.String())

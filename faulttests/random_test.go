@@ -98,6 +98,7 @@ func runRandom(t *testing.T, e *Env, w Workload, dur, gap time.Duration, kinds [
 		time.Sleep(rest)
 	}
 	r.Finish()
+	e.recordUnplannedFailovers()
 
 	fired := map[FaultKind]bool{}
 	for _, f := range e.H.Faults {
