@@ -73,12 +73,12 @@ type Env struct {
 	// sentinelEvents are what the Sentinels published (NewReplicated):
 	// failovers the run did not fire are faults too (sentinel_test.go)
 	sentinelEvents []sentinelEvent
-	semSHA   map[string]bool // sem_fair_acquire.lua's (and broken variants') SHAs
-	seatsSHA map[string]bool // seats_acquire.lua's (and broken variants') SHAs
-	admin    *fairlock.Client
-	adminRDB redis.UniversalClient
-	pools    map[string]func(context.Context) error // sets each semaphore's pool again
-	probes   sync.WaitGroup                         // dead holders' lease reads in flight
+	semSHA         map[string]bool // sem_fair_acquire.lua's (and broken variants') SHAs
+	seatsSHA       map[string]bool // seats_acquire.lua's (and broken variants') SHAs
+	admin          *fairlock.Client
+	adminRDB       redis.UniversalClient
+	pools          map[string]func(context.Context) error // sets each semaphore's pool again
+	probes         sync.WaitGroup                         // dead holders' lease reads in flight
 
 	resMu    sync.Mutex
 	resource map[string]int // the protected counter of each lock
