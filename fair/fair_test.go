@@ -223,6 +223,7 @@ func enqueueDead(t testing.TB, rdb redis.UniversalClient, name, owner string, sl
 }
 
 func TestDeadWaiterIsPruned(t *testing.T) {
+	redistest.Long(t)
 	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)
@@ -556,6 +557,7 @@ func (h slowAbandonHook) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 }
 
 func TestCanceledWhileGrantedReleases(t *testing.T) {
+	redistest.Long(t)
 	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
 		rdb := b.Client(t)

@@ -18,6 +18,7 @@ import (
 // retried in the background, so once Redis takes writes again no ghost of
 // it stays queued (a ghost head would cost every later arrival a grace).
 func TestGiveUpDuringAnOutageLeavesTheQueue(t *testing.T) {
+	redistest.Long(t)
 	for _, e := range engineCases {
 		t.Run(e.name, func(t *testing.T) {
 			srv := redistest.StartT(t) // CLIENT PAUSE stops the whole server: a private one

@@ -55,6 +55,7 @@ func busyLoops(t testing.TB, n int) {
 // eight must get the lock, in the order they started, on both engines, with
 // the head grace on (default) and off (Redisson's rule).
 func TestLeaseExpiryChainAllAcquireInOrder(t *testing.T) {
+	redistest.Long(t)
 	busyLoops(t, 2)
 	graces := []struct {
 		name  string
@@ -129,6 +130,7 @@ func leaseExpiryChain(t *testing.T, b *redistest.Backend, e engineCase, grace ti
 // unlocks at once: W must get the lock within about one head grace (1 s),
 // not when the first holder's lease would have ended.
 func TestDeadHeadAfterHandoffDoesNotStallFollower(t *testing.T) {
+	redistest.Long(t)
 	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		realClock(t, b)
 		ctx := testCtx(t)

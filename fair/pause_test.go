@@ -149,6 +149,7 @@ func writePauseOverLeaseEnd(t *testing.T, srv *redistest.Server, e engineCase, k
 // when the first copy was sent), so the client gave the hold back and tried
 // again with a new request id, joining at the tail behind A.
 func TestWritePauseOverLeaseEndKeepsFIFO(t *testing.T) {
+	redistest.Long(t)
 	eachPauseCase(t, func(t *testing.T, srv *redistest.Server, e engineCase, k redisKind) {
 		writePauseOverLeaseEnd(t, srv, e, k, 2*time.Second, 6*time.Second)
 	})
@@ -159,6 +160,7 @@ func TestWritePauseOverLeaseEndKeepsFIFO(t *testing.T) {
 // s): the waiters' attempts fail with i/o timeouts while their ctx and wait
 // have time left. They must keep waiting, in order, and return no error.
 func TestWritePauseLongerThanReadTimeoutWaitersKeepWaiting(t *testing.T) {
+	redistest.Long(t)
 	eachPauseCase(t, func(t *testing.T, srv *redistest.Server, e engineCase, k redisKind) {
 		pause := 4 * time.Second // > 1 s read timeout, no resends
 		if k.name == "defaults" {
@@ -241,6 +243,7 @@ func (h delayHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // The release is a ForceUnlock (the same release path as Unlock: it frees
 // the lock, starts the head's grace and wakes the first two waiters).
 func TestWritePauseDoesNotGiveAwayTheHeadsTurn(t *testing.T) {
+	redistest.Long(t)
 	eachPauseCase(t, func(t *testing.T, srv *redistest.Server, e engineCase, k redisKind) {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fairlock-go/fairlock/internal/redistest"
 )
 
 // Each checker is shown to catch a hand-made history that breaks its
@@ -298,6 +300,7 @@ func TestCheckResource(t *testing.T) {
 // latch that outlives its TTL, a queue entry of a client that did not die,
 // and a channel still subscribed; it accepts what may stay.
 func TestCheckLeftovers(t *testing.T) {
+	redistest.Long(t)
 	e := NewSingle(t)
 	c := e.NewClient()
 	ctx := context.Background()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/fairlock-go/fairlock/internal/redistest"
 )
 
 // The random workload on a Redis Cluster (3 primaries, each with a
@@ -13,6 +15,7 @@ import (
 // by default), so the locks should survive; the checkers still allow the
 // loss of an unreplicated write (a failover is a data-losing event).
 func TestClusterPrimaryKilled(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	seed := seedFromEnv(t)
 	dur := envDur("FAULT_CLUSTER_DURATION", 20*time.Second)
@@ -28,6 +31,7 @@ func TestClusterPrimaryKilled(t *testing.T) {
 // The random workload on a primary with one replica (Sentinels promote the
 // replica when the primary is killed).
 func TestReplicaFailover(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	seed := seedFromEnv(t)
 	dur := envDur("FAULT_CLUSTER_DURATION", 20*time.Second)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairlock-go/fairlock/fence"
 	"github.com/fairlock-go/fairlock/fenced"
+	"github.com/fairlock-go/fairlock/internal/redistest"
 )
 
 // fencedWriter makes one write of record to key with token; the real one is
@@ -163,6 +164,7 @@ func (r *fenceRun) hold(e *Env, c *Client, m *fenced.Mutex, rng *rand.Rand, writ
 // writes the fence accepted are in token order and come from disjoint
 // holds, and the paused holders' late writes were rejected.
 func TestFencedWritesUnderFaults(t *testing.T) {
+	redistest.Long(t)
 	e := NewSingle(t)
 	r := runFenced(t, e, 12*time.Second, realFencedWrite, func(cs []*Client) {
 		time.Sleep(1500 * time.Millisecond)
@@ -189,6 +191,7 @@ func TestFencedWritesUnderFaults(t *testing.T) {
 // resource that does not check tokens: the paused holders' late writes land
 // after newer ones, and CheckFence must say so.
 func TestFencedCheckCatchesUnfencedWrites(t *testing.T) {
+	redistest.Long(t)
 	e := NewSingle(t)
 	r := runFenced(t, e, 7*time.Second, unfencedWrite, nil)
 	vs := CheckFence(r.h)

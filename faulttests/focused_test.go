@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/internal/redistest"
 )
 
 // Deterministic tests, one fault kind each, on every kind of lock where it
@@ -317,6 +318,7 @@ var scenarios = []scenario{
 
 // TestScenarios runs the scenarios one after another.
 func TestScenarios(t *testing.T) {
+	redistest.Long(t)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) { eachKind(t, sc.kinds, sc.run) })
 	}
@@ -384,6 +386,7 @@ func (sc scenario) run(t *testing.T, k LockKind) {
 // the lock twice (after its one Unlock the owner holds nothing, and
 // another client gets the lock at once).
 func TestFaultStallDuringLock(t *testing.T) {
+	redistest.Long(t)
 	eachKind(t, allKinds, func(t *testing.T, k LockKind) {
 		e := NewSingle(t)
 		s := e.Script()
@@ -426,6 +429,7 @@ func TestFaultStallDuringLock(t *testing.T) {
 // the cleanup timeout + slack: an acquisition that waits, one that does
 // not, and an unlock.
 func TestFaultCtxDeadlineUnderStall(t *testing.T) {
+	redistest.Long(t)
 	eachKind(t, allKinds, func(t *testing.T, k LockKind) {
 		e := NewSingle(t)
 		s := e.Script()
@@ -542,6 +546,7 @@ func joinedSince(e *Env, h *Handle, from, d time.Duration) bool {
 // granted after it"; its give-up of the call that ended at 14.276s ran at
 // 14.304s in another run of the seed, 0.1 s after the owner's new join).
 func TestFairGiveUpBeforeRejoin(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel() // it mostly waits
 	eachKind(t, fairKinds, func(t *testing.T, k LockKind) {
 		e := NewSingle(t)

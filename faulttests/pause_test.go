@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -19,6 +20,7 @@ import (
 // Run with go-redis's resends (the suite's defaults: MaxRetries 3,
 // ReadTimeout 3 s) and without (MaxRetries -1, ReadTimeout 1 s).
 func TestFaultPauseWhileQueued(t *testing.T) {
+	redistest.Long(t)
 	type variant struct {
 		fault   string
 		noRetry bool

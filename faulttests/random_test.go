@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/fairlock-go/fairlock/internal/redistest"
 )
 
 // The random fault test: many clients and goroutines run a random
@@ -56,6 +58,7 @@ func seedFromEnv(t *testing.T) uint64 {
 var singleServerFaults = []FaultKind{FLatency, FStall, FReset, FSkew, FDead, FClose, FPubSubKill, FClientPause, FSigStop, FRestart}
 
 func TestRandomFaults(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	seed := seedFromEnv(t)
 	dur := envDur("FAULT_DURATION", 45*time.Second)

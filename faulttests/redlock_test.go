@@ -383,6 +383,7 @@ func CheckRedLockMinority(h *History, partitioned int) []Violation {
 // RedLock the checks pass; with the partitioned user's RedLock built over
 // the member it reaches (quorum 1), both catch it.
 func TestRedLockFaults(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	for _, broken := range []bool{false, true} {
 		name := "real"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/rwlock"
 )
@@ -59,6 +60,7 @@ func rwHandles(t *testing.T, c *Client, id string) (r, w *Handle) {
 }
 
 func TestRWFaults(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	seed := seedFromEnv(t)
 	const dur = 20 * time.Second
@@ -201,6 +203,7 @@ func checkRWScript(t *testing.T, s *Script, replay string) {
 // when a copy got in first). After its one Unlock the owner holds nothing,
 // and a writer of another client gets the lock.
 func TestRWStallDuringLock(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	for _, write := range []bool{false, true} {
 		name := map[bool]string{false: "read", true: "write"}[write]

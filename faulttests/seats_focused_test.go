@@ -9,6 +9,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -210,6 +211,7 @@ var seatsScenarios = map[string]func(t *testing.T, e *Env, broken string) []Viol
 // TestSeatsScenarios runs every seats scenario with the real scripts (no
 // violation) and with its broken variant (caught by its check).
 func TestSeatsScenarios(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	want := map[string]string{"exclusion": "exclusion", "order": "seats-order", "liveness": "seats-liveness", "dead": "seats-dead-holder"}
 	var wg sync.WaitGroup

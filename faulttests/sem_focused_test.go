@@ -8,6 +8,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/semaphore"
 )
@@ -239,6 +240,7 @@ var semScenarios = map[string]func(t *testing.T, e *Env, opt []fairlock.Option) 
 }
 
 func TestSemScenarios(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	check := map[string]string{"capacity": "sem-capacity", "order": "sem-order", "liveness": "sem-liveness", "dead": "sem-dead-holder"}
 	for name, run := range semScenarios {

@@ -164,6 +164,7 @@ func oppositeOrders(t *testing.T, b *redistest.Backend, k kind, rounds int, stuc
 // Two callers listing the same four locks in opposite orders, in a loop:
 // never a deadlock, never two holders, for every lock kind.
 func TestOppositeOrdersNeverDeadlock(t *testing.T) {
+	redistest.Long(t)
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -177,6 +178,7 @@ func TestOppositeOrdersNeverDeadlock(t *testing.T) {
 // caller's order (Redisson's): the two callers deadlock, each holding the
 // lock the other waits for, until their ctx ends.
 func TestOppositeOrdersCatchesCallerOrder(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		err := oppositeOrders(t, b, kinds[0], 400, 3*time.Second, true)
 		require.Error(t, err, "taking members in the caller's order must deadlock")
@@ -229,6 +231,7 @@ func allOrNothing(t *testing.T, b *redistest.Backend, k kind, broken bool) error
 
 // A TryLock or TryLockFor that cannot get one member leaves none held.
 func TestAllOrNothing(t *testing.T) {
+	redistest.Long(t)
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -284,6 +287,7 @@ func rollbackOnCtxEnd(t *testing.T, b *redistest.Backend, k kind, broken bool) e
 }
 
 func TestRollbackOnCtxEnd(t *testing.T) {
+	redistest.Long(t)
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -355,6 +359,7 @@ func doneOnLoss(t *testing.T, b *redistest.Backend, k kind, within time.Duration
 }
 
 func TestDoneClosesWhenAMemberIsLost(t *testing.T) {
+	redistest.Long(t)
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -365,6 +370,7 @@ func TestDoneClosesWhenAMemberIsLost(t *testing.T) {
 }
 
 func TestDoneCatchesIgnoredLoss(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		err := doneOnLoss(t, b, kinds[0], 5*time.Second, true)
 		require.Error(t, err)
@@ -471,6 +477,7 @@ func TestRWLockHalves(t *testing.T) {
 // is awaited makes the acquisition start again; it succeeds once the later
 // member is free, with every member valid.
 func TestRestartWhenAnEarlierMemberExpires(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		redistest.RealClock(t, b)
 		ctx := testCtx(t)

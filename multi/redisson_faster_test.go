@@ -176,6 +176,7 @@ func TestRedissonFasterCloseGivesBack(t *testing.T) {
 // more than one renewal period the hold's lease end in the venue's lease
 // zset has moved forward, and the hold is still live.
 func TestRedissonFasterRenewExpiration(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
 		v := newVenue(t, b)
@@ -217,6 +218,7 @@ func TestRedissonFasterTryLock(t *testing.T) {
 // same, with a 10 s wait (a loaded machine) and the clock started before
 // the first acquisition (the lease runs from the grant, on the server).
 func TestRedissonFasterTryLockWait(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
 		v := newVenue(t, b)
@@ -365,6 +367,7 @@ func TestRedissonFasterSinglePubSub(t *testing.T) {
 // call returned, the venue ends up empty (a late copy's grant is given
 // back by the abandon) and the seats are free.
 func TestRedissonFasterInterruptedTryNotRenewed(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
 		v := newVenue(t, b)
@@ -395,6 +398,7 @@ func TestRedissonFasterInterruptedTryNotRenewed(t *testing.T) {
 // RedisException. Ours: TryAcquire (wait 1 s, lease 10 s) returns an error (no hold, and not the
 // "wait ran out" nil, nil), within its wait. On a server of the test's own.
 func TestRedissonFasterRedisFailed(t *testing.T) {
+	redistest.Long(t)
 	for _, real := range []bool{false, true} {
 		t.Run(map[bool]string{false: "miniredis", true: "redis-server"}[real], func(t *testing.T) {
 			ctx := testCtx(t)
@@ -431,6 +435,7 @@ func TestRedissonFasterRedisFailed(t *testing.T) {
 // interrupted passes a context that cannot end, and then goes on waiting
 // until the holder's 3 s lease runs out.
 func TestRedissonFasterLockUninterruptibly(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
 		v := newVenue(t, b)
@@ -462,6 +467,7 @@ func TestRedissonFasterLockUninterruptibly(t *testing.T) {
 // so it is granted then, not at a poll much later), and the first
 // Release's error matches ErrNotHeld; its hold reports ErrLost.
 func TestRedissonFasterExpire(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
 		v := newVenue(t, b)
@@ -487,6 +493,7 @@ func TestRedissonFasterExpire(t *testing.T) {
 // renewals fail, and the seats come back by themselves at the end of the
 // 1.5 s lease; another client's Acquire gets them.
 func TestRedissonFasterAutoExpire(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
 		v := newVenue(t, b)

@@ -138,6 +138,7 @@ func TestNewRedLockRefusesBadInput(t *testing.T) {
 // connections refused), the RedLock is granted by the other two, with
 // validity = lease - elapsed - drift and a token from each granting member.
 func TestRedLockGrantsWithTwoOfThree(t *testing.T) {
+	redistest.Long(t)
 	for _, how := range []string{"paused", "killed"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := testCtx(t)
@@ -221,6 +222,7 @@ func refusesWithOneOfThree(t *testing.T, broken bool) error {
 }
 
 func TestRedLockRefusesWithOneOfThree(t *testing.T) {
+	redistest.Long(t)
 	require.NoError(t, refusesWithOneOfThree(t, false))
 }
 
@@ -328,6 +330,7 @@ func exclusion(t *testing.T, real bool, rounds int, pauseOne, broken bool) error
 }
 
 func TestRedLockExclusion(t *testing.T) {
+	redistest.Long(t)
 	t.Run("miniredis", func(t *testing.T) { require.NoError(t, exclusion(t, false, 30, false, false)) })
 	t.Run("redis-server", func(t *testing.T) { require.NoError(t, exclusion(t, true, 30, false, false)) })
 	t.Run("redis-server-one-paused", func(t *testing.T) { require.NoError(t, exclusion(t, true, 4, true, false)) })
@@ -344,6 +347,7 @@ func TestRedLockExclusionCatchesNoQuorum(t *testing.T) {
 // Done stays open while a quorum of members is held and closes when the
 // loss of a second of three members leaves less than one; Err names them.
 func TestRedLockDoneOnQuorumLoss(t *testing.T) {
+	redistest.Long(t)
 	for _, real := range []bool{false, true} {
 		t.Run(map[bool]string{false: "miniredis", true: "redis-server"}[real], func(t *testing.T) {
 			ctx := testCtx(t)
@@ -393,6 +397,7 @@ func TestRedLockDoneOnQuorumLoss(t *testing.T) {
 // Redisson's RedissonRedLockTest scenarios, with one deployment per member
 // (Redisson's put two members on one server).
 func TestRedissonRedLockScenarios(t *testing.T) {
+	redistest.Long(t)
 	for _, real := range []bool{false, true} {
 		t.Run(map[bool]string{false: "miniredis", true: "redis-server"}[real], func(t *testing.T) {
 			ctx := testCtx(t)

@@ -153,6 +153,7 @@ func TestSeatsAcrossOppositeOrdersDoNotDeadlock(t *testing.T) {
 // B (alone) blocks an AcrossVenues request for A and B, which takes
 // nothing it keeps.
 func TestSeatsAcrossAllOrNothing(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		p := newPlaza(t, b)
@@ -205,6 +206,7 @@ func TestSeatsAcrossAllOrNothing(t *testing.T) {
 // then, so a request for B alone that arrived meanwhile goes first on B
 // (the weaker guarantee: one total order per venue, not across venues).
 func TestSeatsAcrossOrderPerSeat(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		p := newPlaza(t, b)

@@ -121,6 +121,7 @@ func pending(ch <-chan result) bool {
 }
 
 func TestSeatsOrderWithOverlappingSets(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		v := newVenue(t, b)
@@ -202,6 +203,7 @@ func TestSeatsOppositeOrdersDoNotDeadlock(t *testing.T) {
 }
 
 func TestSeatsAreHolds(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		t.Run("CtxEndLeavesAllQueues", func(t *testing.T) {

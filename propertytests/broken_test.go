@@ -9,6 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -140,6 +141,7 @@ func (v brokenVariant) scripts(t *testing.T) *wire.Scripts {
 // TestBrokenVariantsFail runs each broken variant's machine on miniredis and
 // on redis-server and requires rapid to report a failure.
 func TestBrokenVariantsFail(t *testing.T) {
+	redistest.Long(t)
 	for _, v := range brokenVariants {
 		t.Run(v.name, func(t *testing.T) {
 			scripts := v.scripts(t)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -1631,6 +1632,7 @@ func TestSemExpirableReleaseComparesBeforeWriting(t *testing.T) {
 // Each must make the property fail on both backends within caughtRounds
 // rounds.
 func TestCorruptSemCatchesBrokenScripts(t *testing.T) {
+	redistest.Long(t)
 	edit := func(src, old, new string) string {
 		if strings.Count(src, old) != 1 {
 			t.Fatalf("%q is not in the script once", old)

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/model"
 )
@@ -214,6 +215,7 @@ var fencedBrokenVariants = []brokenVariant{
 }
 
 func TestFencedBrokenVariantsFail(t *testing.T) {
+	redistest.Long(t)
 	for _, v := range fencedBrokenVariants {
 		t.Run(v.name, func(t *testing.T) {
 			scripts := v.scripts(t)

@@ -50,6 +50,7 @@ func recordedClient(t testing.TB, b *redistest.Backend, h *history) *redis.Clien
 // eight in the order they queued, each within livenessBound of the lease
 // end before it; none may give up (their 10 s waits leave 3 s to spare).
 func TestLeaseExpiryHandoff(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	b := redistest.Real(t)
 	for _, eng := range engines {
@@ -151,6 +152,7 @@ func leaseExpiryHandoff(t *testing.T, b *redistest.Backend, engine fair.Engine, 
 // connection watches the hash to confirm that Redis did grant X; if the
 // timing missed, the run is repeated.
 func TestAmbiguousGrantGivenBackWakesNext(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	b := redistest.Real(t)
 	for _, eng := range engines {

@@ -92,6 +92,7 @@ func TestRedissonRuleScripts(t *testing.T) {
 // without a lease outlives its lease (6 s here, renewed every 2 s) while
 // held, and runs out once the client stops.
 func TestRedissonRuleWatchdog(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	b := redistest.Real(t)
 	rdb := b.Client(t)
@@ -131,6 +132,7 @@ func TestRedissonRuleWatchdog(t *testing.T) {
 // Subtests: J and H as Redisson-rule clients (a Java waiter loses its place)
 // and everyone in Go.
 func TestMixedGoUnlockKeepsWaiterPlace(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	b := redistest.Real(t)
 	for _, java := range []bool{true, false} {
@@ -305,6 +307,7 @@ func waitFirst(h *history, d time.Duration, ws ...*waiter) *waiter {
 // record: exclusion, FIFO among waiters that did not give up (where the
 // order of arrival is certain), and the liveness bound.
 func TestMixedWorkload(t *testing.T) {
+	redistest.Long(t)
 	t.Parallel()
 	b := redistest.Real(t)
 	const (

@@ -5,6 +5,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -90,6 +91,7 @@ var rwBrokenVariants = []brokenVariant{
 // TestRWBrokenVariantsFail requires rwMachine to catch every variant on
 // miniredis and on redis-server.
 func TestRWBrokenVariantsFail(t *testing.T) {
+	redistest.Long(t)
 	// Up to 1000 sequences per variant (rapid stops at the first failure,
 	// so a caught variant costs far fewer): at 100, the lease-cut variant
 	// below went uncaught in one run of the whole suite on redis-server.

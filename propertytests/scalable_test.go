@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/model"
 )
@@ -572,6 +573,7 @@ var scalableBroken = []struct{ name, file, old, new string }{
 }
 
 func TestScalableBrokenVariantsFail(t *testing.T) {
+	redistest.Long(t)
 	for _, v := range scalableBroken {
 		t.Run(v.name, func(t *testing.T) {
 			// Both files are in every script's source.

@@ -6,6 +6,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -43,6 +44,7 @@ var seatsBroken = []struct {
 }
 
 func TestSeatsBrokenVariantsFail(t *testing.T) {
+	redistest.Long(t)
 	for _, v := range seatsBroken {
 		t.Run(v.name, func(t *testing.T) {
 			for _, e := range v.edits {

@@ -728,6 +728,20 @@ func seatsDump(ctx context.Context, rdb *redis.Client, k wire.SeatsKeys, now int
 	return s, nil
 }
 
+// requireReached fails t when the sequences did not reach the states a test
+// is about (reached false), except under -short, where rapid runs a fifth of
+// its sequences and a rare state may be missed: then it only logs.
+func requireReached(t *testing.T, reached bool, format string, args ...any) {
+	t.Helper()
+	switch {
+	case reached:
+	case testing.Short():
+		t.Logf("not checked under -short: "+format, args...)
+	default:
+		t.Errorf(format, args...)
+	}
+}
+
 func TestSeatsMiniredis(t *testing.T) { checkSeats(t, seatsMini{}) }
 
 func TestSeatsRedisServer(t *testing.T) { checkSeats(t, newSeatsReal(t)) }
@@ -743,7 +757,5 @@ func checkSeats(t *testing.T, b seatsBackend) {
 		rapid.Check(t, seatsMachine(b, wire.SeatsDefault(), false, &c))
 	}
 	t.Logf("%v", &c)
-	if c.queueGrants == 0 || c.prunes == 0 || c.drains == 0 {
-		t.Errorf("vacuous: %v", &c)
-	}
+	requireReached(t, c.queueGrants > 0 && c.prunes > 0 && c.drains > 0, "vacuous: %v", &c)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/model"
 )
@@ -389,6 +390,7 @@ var semBrokenVariants = []brokenVariant{
 }
 
 func TestSemaphoreBrokenVariantsFail(t *testing.T) {
+	redistest.Long(t)
 	setFlag(t, "rapid.checks", "1000")
 	for _, v := range semBrokenVariants {
 		t.Run(v.name, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -31,6 +32,7 @@ var semBroken = []struct {
 }
 
 func TestSemFairBrokenVariantsFail(t *testing.T) {
+	redistest.Long(t)
 	for _, v := range semBroken {
 		t.Run(v.name, func(t *testing.T) {
 			if n := strings.Count(wire.SemFairSource(v.file), v.old); n != 1 {

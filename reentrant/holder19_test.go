@@ -39,6 +39,7 @@ func believedWithinTTL(t *testing.T, rdb redis.UniversalClient, m *reentrant.Mut
 // The handle's next Lock must then start a new hold, not re-enter the stale
 // field: after its one Unlock nobody holds the lock.
 func TestLockAfterALateRenewalDoesNotReenterTheStaleField(t *testing.T) {
+	redistest.Long(t)
 	b := redistest.Real(t)
 	ctx := testCtx(t)
 	p := faultproxy.Start(t, b.Addr)
@@ -74,6 +75,7 @@ func TestLockAfterALateRenewalDoesNotReenterTheStaleField(t *testing.T) {
 // watchdog's next renewal sets the watchdog lease again, so the holder must
 // not believe in the longer one.
 func TestReentryWithLongerLeaseClaimsNoMoreThanTheKey(t *testing.T) {
+	redistest.Long(t)
 	b := redistest.Real(t)
 	ctx := testCtx(t)
 	lease := 2 * time.Second

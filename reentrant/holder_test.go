@@ -136,6 +136,7 @@ func TestAbandonedAcquisitionLeavesNoHold(t *testing.T) {
 // goroutine of its own; with it, a call whose ctx has a deadline runs
 // inline, bounded by go-redis at the deadline (call.go).
 func TestContextBoundsCallsOnAStoppedServer(t *testing.T) {
+	redistest.Long(t)
 	for _, enforced := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", enforced), func(t *testing.T) {
 			testContextBoundsCallsOnAStoppedServer(t, enforced)
@@ -208,6 +209,7 @@ func TestContextBoundsCallsOnARefusedAddress(t *testing.T) {
 // closed) comes before the other owner's acquisition, on any client setting,
 // even ReadTimeout -1 (reads that never time out).
 func TestHolderKnowsBeforeAnotherOwnerAcquires(t *testing.T) {
+	redistest.Long(t)
 	for _, readTimeout := range []time.Duration{0, -1} {
 		t.Run("ReadTimeout="+readTimeout.String(), func(t *testing.T) {
 			b := redistest.Real(t)
@@ -261,6 +263,7 @@ func TestHolderToldWithinARenewalPeriodAfterDataLoss(t *testing.T) {
 // Case 4: one key overwritten with another type fails only itself; the
 // other locks renewed in the same batch stay held.
 func TestOneBadKeyFailsOnlyItself(t *testing.T) {
+	redistest.Long(t)
 	b := redistest.Real(t)
 	ctx := testCtx(t)
 	lease := 3 * time.Second
@@ -342,6 +345,7 @@ func TestCloseEndsHoldsAndWaits(t *testing.T) {
 // A waiter whose subscription is not yet confirmed when Close is called
 // (its pub/sub connection stalled) returns promptly too.
 func TestCloseEndsAWaitWhoseSubscriptionIsPending(t *testing.T) {
+	redistest.Long(t)
 	b := redistest.Real(t)
 	ctx := testCtx(t)
 	name := redistest.Prefix(t) + "lock"
@@ -375,6 +379,7 @@ func TestCloseEndsAWaitWhoseSubscriptionIsPending(t *testing.T) {
 // must not shorten the key's TTL: nobody else may take the lock while the
 // first hold believes itself valid.
 func TestReentryWithShorterLeaseKeepsTheWatchdogHold(t *testing.T) {
+	redistest.Long(t)
 	b := redistest.Real(t)
 	ctx := testCtx(t)
 	name := redistest.Prefix(t) + "lock"

@@ -146,6 +146,7 @@ func TestUnlockByNonOwnerChangesNothing(t *testing.T) {
 }
 
 func TestLeaseExpiryFreesLock(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
 		c := newClient(t, b.Client(t))
@@ -277,6 +278,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestUnreachableRedis(t *testing.T) {
+	redistest.Long(t)
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := newClient(t, rdb)
@@ -329,6 +331,7 @@ func TestForceUnlockWakesWaiter(t *testing.T) {
 // --- real redis-server only: these need Redis's own clock to run ---
 
 func TestWatchdogKeepsLockAcrossLeases(t *testing.T) {
+	redistest.Long(t)
 	b := redistest.Real(t)
 	ctx := testCtx(t)
 	// Renewed every second; a renewal may come two seconds late before
@@ -407,6 +410,7 @@ func TestLostSignalWhenRedisRestarts(t *testing.T) {
 }
 
 func TestManyLocksOneWatchdogBatch(t *testing.T) {
+	redistest.Long(t)
 	b := redistest.Real(t)
 	ctx := testCtx(t)
 	rdb := b.Client(t)
@@ -522,6 +526,7 @@ func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // An Unlock whose ctx ends during the call (here: while it waits for the
 // only pooled connection) must still release the lock.
 func TestUnlockCompletesWhenContextEndsMidCall(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
 		rdb := redis.NewClient(&redis.Options{Addr: b.Addr, PoolSize: 1})

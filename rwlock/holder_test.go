@@ -53,6 +53,7 @@ func waitDone(t *testing.T, l *rwlock.Lock, d time.Duration, what string) error 
 // rwlock_timeout key expired) must not bring the hold back. Once R2 unlocks,
 // nobody believes they hold a read, and a writer gets in at once.
 func TestLateRenewalDoesNotReviveALostReadHold(t *testing.T) {
+	redistest.Long(t)
 	b := redistest.Real(t)
 	ctx := testCtx(t)
 	direct := b.Client(t)
@@ -107,6 +108,7 @@ func TestLateRenewalDoesNotReviveALostReadHold(t *testing.T) {
 // R1 locks again once its key is gone, and the scripts alone start a new
 // hold (rw_read_acquire.lua).
 func TestReadHoldAfterItsLeaseRanOutStartsAfresh(t *testing.T) {
+	redistest.Long(t)
 	for _, waitKey := range []bool{false, true} {
 		t.Run(map[bool]string{false: "at once", true: "key expired"}[waitKey], func(t *testing.T) {
 			b := redistest.Real(t)

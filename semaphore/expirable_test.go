@@ -65,6 +65,7 @@ func counts(t *testing.T, s *semaphore.Expirable) (avail, acquired, total int) {
 // every bound that depends on the scheduler is generous.
 
 func TestSemaphoreRedissonScenarios(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		t.Run("NotExistent", func(t *testing.T) {

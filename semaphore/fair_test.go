@@ -209,6 +209,7 @@ func TestFairRefusals(t *testing.T) {
 }
 
 func TestFairPermitsAreHolds(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		t.Run("CtxEndLeavesTheQueue", func(t *testing.T) {
@@ -329,6 +330,7 @@ func TestFairChecksCatchABrokenQueue(t *testing.T) {
 // minute slot nor the holder's 60 s watchdog lease that bounds a sleep
 // when no wake-up comes.
 func TestFairDeadHeadCostsTwoGraces(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		redistest.RealClock(t, b) // the graces are key TTLs
 		ctx := context.Background()

@@ -199,6 +199,7 @@ func clientOf(t *testing.T, b *redistest.Backend, opts ...fairlock.Option) *fair
 // Close) loses its permits when the lease runs out on the server's clock:
 // they come back to the pool.
 func TestSemaphoreWatchdogAndCrash(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := context.Background()
 		const lease = 2 * time.Second

@@ -244,6 +244,7 @@ func TestSemaphoreMixedWithRedissonScripts(t *testing.T) {
 // runs. With the give-back broken (sem_abandon.lua returns nothing), the
 // same check fails: permits lost.
 func TestSemaphoreCtxEndsAfterTheScriptRan(t *testing.T) {
+	redistest.Long(t)
 	slow := func(file, src string) string {
 		if file == wire.FileSemAcquire {
 			src = strings.Replace(src, "local n = tonumber(ARGV[1])",

@@ -4,16 +4,16 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/fairlock-go/fairlock/internal/redistest"
 )
 
 // demo --stale-writer, on the embedded Redis and on a real one: the table
 // shows the paused booker's late write rejected, the fresh one kept, and no
 // key of the run is left behind.
 func TestDemoStaleWriter(t *testing.T) {
+	redistest.Long(t)
 	var out, errb bytes.Buffer
 	require.Equal(t, 0, run([]string{"demo", "--stale-writer"}, &out, &errb), "stderr: %s\n%s", errb.String(), out.String())
 	assert.Regexp(t, `(?m)^A +1 .*REJECTED: token 1 < 2 already seen$`, out.String())

@@ -18,6 +18,7 @@ import (
 // Every key and channel of a lock hashes to one slot, by core.Slot and by
 // the cluster's own CLUSTER KEYSLOT.
 func TestKeysOfALockShareASlot(t *testing.T) {
+	redistest.Long(t)
 	cl := redistest.SharedCluster(t)
 	cc := cl.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -140,6 +141,7 @@ func TestShardedWakeupsOnEveryShard(t *testing.T) {
 // call mixing slots would fail with CROSSSLOT): 200 locks held for one and
 // a half leases stay held.
 func TestWatchdogRenewsPerSlot(t *testing.T) {
+	redistest.Long(t)
 	cl := redistest.SharedCluster(t)
 	cc := cl.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -181,6 +183,7 @@ func TestWatchdogRenewsPerSlot(t *testing.T) {
 // the scripts follow ASK) and after it; every waiter gets the lock, in
 // order, one at a time.
 func TestSlotMigrationWhileQueued(t *testing.T) {
+	redistest.Long(t)
 	for _, sharded := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sharded=%v", sharded), func(t *testing.T) {
 			cl := redistest.SharedCluster(t)

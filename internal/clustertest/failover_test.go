@@ -120,6 +120,7 @@ func retryUntil(ctx context.Context, f func() error) error {
 // Locks on the other shards keep working during the outage. Every wait is
 // bounded by the test's context. The times are logged, not asserted.
 func TestClusterPrimaryKilled(t *testing.T) {
+	redistest.Long(t)
 	cl := redistest.SharedCluster(t)
 	cc := cl.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -219,6 +220,7 @@ func offsets(at []time.Time, from time.Time) []time.Duration {
 // acknowledgement is shown undoing an acquisition that no replica
 // acknowledged (the replica is paused with SIGSTOP).
 func TestSentinelFailover(t *testing.T) {
+	redistest.Long(t)
 	st := redistest.SentinelsT(t)
 	rdb := st.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

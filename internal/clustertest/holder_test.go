@@ -19,6 +19,7 @@ import (
 // that waited for it is given back, and LockWithLease returns only with a
 // hold that is still valid (here: taken again once the replica is back).
 func TestAcquisitionLeaseCountsFromTheSend(t *testing.T) {
+	redistest.Long(t)
 	st := redistest.SentinelsT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: st.Primary.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
@@ -69,6 +70,7 @@ func TestAcquisitionLeaseCountsFromTheSend(t *testing.T) {
 // keeps renewing the locks on the other primaries while it is stopped, and
 // the locks on it are reported lost within their lease.
 func TestStoppedPrimaryDelaysOnlyItsLocks(t *testing.T) {
+	redistest.Long(t)
 	cl := redistest.ClusterT(t)
 	cc := cl.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -152,6 +154,7 @@ func TestStoppedPrimaryDelaysOnlyItsLocks(t *testing.T) {
 // the lock (found by faulttests' TestReplicaFailover: "two owners believe
 // they hold the lock for 801ms").
 func TestForceUnlockDuringReplicaWaitIsSeen(t *testing.T) {
+	redistest.Long(t)
 	st := redistest.SentinelsT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: st.Primary.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })

@@ -124,6 +124,7 @@ func TestFairSemaphoreOnEveryShard(t *testing.T) {
 // (a call mixing slots would fail with CROSSSLOT): 60 permits of both
 // kinds held for one and a half leases stay held.
 func TestWatchdogRenewsSemaphoresPerSlot(t *testing.T) {
+	redistest.Long(t)
 	cl := redistest.SharedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -157,6 +157,7 @@ func (d *flakyDialer) dial(ctx context.Context, network, addr string) (net.Conn,
 // failing call and re-subscribes only the channels it already knew, and
 // the hub waited for a confirmation that never came).
 func TestSubscribeThroughFaults(t *testing.T) {
+	redistest.Long(t)
 	b := redistest.Real(t)
 	pub := b.Client(t)
 	for _, fault := range []string{"failed write", "black hole", "cut", "reset"} {
@@ -250,6 +251,7 @@ func TestSubscribeThroughFaults(t *testing.T) {
 // dropped: a SUBSCRIBE written on the dead connection fails (the peer reset
 // it), and no Subscribe may hang or be left unsubscribed.
 func TestClientKillPubSub(t *testing.T) {
+	redistest.Long(t)
 	srv := redistest.StartT(t)
 	b := srv.Backend()
 	rdb := b.Client(t)
@@ -462,6 +464,7 @@ func TestCloseWhileSubscribePending(t *testing.T) {
 // holding its mutex, which the reader of every other connection needs to
 // hand out a wake-up.)
 func TestWakeNotDelayedBySlowWrite(t *testing.T) {
+	redistest.Long(t)
 	cl := redistest.ClusterT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -323,6 +323,7 @@ func (c *Cluster) Stop() {
 // CI=true.
 func ClusterT(t testing.TB) *Cluster {
 	t.Helper()
+	Long(t) // a six-node cluster: the full suite's
 	c, err := StartCluster(t.TempDir())
 	if err != nil {
 		unavailable(t, err)
@@ -336,6 +337,7 @@ func ClusterT(t testing.TB) *Cluster {
 // (fails under CI=true).
 func SharedCluster(t testing.TB) *Cluster {
 	t.Helper()
+	Long(t) // a six-node cluster: the full suite's
 	sharedCluster.once.Do(func() {
 		sharedCluster.c, sharedCluster.err = StartCluster("")
 	})

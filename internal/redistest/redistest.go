@@ -251,3 +251,13 @@ func RealClock(t testing.TB, b *Backend) {
 	}()
 	t.Cleanup(func() { close(stop); <-done })
 }
+
+// Long marks a test that takes two seconds or more (most wait for leases,
+// graces or faults in real time): `go test -short ./...`, the contributors'
+// fast loop, skips it; the full suite (CI) runs it.
+func Long(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("long test: skipped under -short (the full suite runs it)")
+	}
+}

@@ -193,6 +193,7 @@ func (s *Sentinels) Stop() {
 // t. It skips t when redis-server is missing (fails under CI=true).
 func SentinelsT(t testing.TB) *Sentinels {
 	t.Helper()
+	Long(t) // five processes and a failover: the full suite's
 	s, err := StartSentinels(t.TempDir())
 	if err != nil {
 		unavailable(t, err)

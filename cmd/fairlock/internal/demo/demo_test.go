@@ -23,6 +23,7 @@ func TestMain(m *testing.M) { os.Exit(redistest.MainLeakCheck(m)) }
 // and checks that the demo's figures show it: inversions, grants out of
 // turn, and queue reads that are not in arrival order.
 func TestChecksCatchAnUnfairQueue(t *testing.T) {
+	redistest.Long(t)
 	const good = "redis.call('rpush', queue, owner)"
 	broken := wire.Edit(func(file, src string) string {
 		if file == wire.FileFairTryLockWait {

@@ -17,6 +17,7 @@ import (
 // its lease; B books the seat with a newer token; A's late write is
 // rejected by the fence and the seat keeps B's booking.
 func TestStaleWriterRejected(t *testing.T) {
+	redistest.Long(t)
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
