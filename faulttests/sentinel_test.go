@@ -38,9 +38,9 @@ type sentinelEvent struct {
 func (e *Env) watchSentinels() {
 	for _, addr := range e.Sentinels.SentinelAddrs() {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
-		ps := sc.Subscribe(context.Background(), "+switch-master", "+sdown", "+odown")
+		ps := sc.Subscribe(context.Background(), "+switch-master", "+sdown")
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		for i := 0; i < 3; i++ { // the three subscriptions confirmed
+		for i := 0; i < 2; i++ { // both subscriptions confirmed
 			if _, err := ps.Receive(ctx); err != nil {
 				e.T.Fatalf("subscribe to Sentinel %s: %v", addr, err)
 			}
