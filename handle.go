@@ -160,7 +160,11 @@ func (h *Handle) opts(wait, lease time.Duration) core.AcquireOpts {
 // when the lock is gone: H4). When ctx ends, before or during the call, it
 // still runs to completion on a fresh context bounded by the client's
 // cleanup timeout (WithCleanupTimeout). A retry after a lost reply returns
-// the first outcome (Redisson's unlock latch).
+// the first outcome (Redisson's unlock latch). When Redis cannot be reached
+// it returns the error, and the hold it was to end is not renewed any more:
+// the last one ends (Done closed, Err matching ErrLost until the release is
+// confirmed, nil then) and the release is retried in the background until
+// Redis confirms it or the lease runs out.
 func (h *Handle) Unlock(ctx context.Context) error {
 	if h.zero() {
 		return errZero

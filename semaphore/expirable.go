@@ -183,6 +183,10 @@ func (p *Permit) Token() int64 { return p.token }
 // Unlock). It returns an error matching fairlock.ErrNotHeld when one of
 // them was no longer held (expired, or released by id): what was left of
 // them came back all the same. After Close it returns fairlock.ErrClosed.
+// When Redis cannot be reached it returns the error, the permits end (Err
+// matching fairlock.ErrLost until the release is confirmed) and stop being
+// renewed, and the release is retried in the background until Redis
+// confirms it or their lease runs out.
 func (p *Permit) Release(ctx context.Context) error { return p.m.Unlock(ctx) }
 
 // Done returns a channel closed when the permits are no longer held:

@@ -118,8 +118,13 @@ func (h *hold) expire() {
 // a hold whose lease simply ran out is not released before its lease, as
 // Redis would not have expired it sooner.
 func (m *Mutex) giveBackLocked(leaseMs int64, from time.Time) {
+	m.giveBackFrom(m.unlockArgs(leaseMs), from, nil)
+}
+
+// giveBackFrom is giveBackLocked with the first unlock's arguments a. When
+// h is not nil, a confirmed release of it withdraws its loss (released).
+func (m *Mutex) giveBackFrom(a wire.Args, from time.Time, h *hold) {
 	cfg := &m.S.Config
-	a := m.unlockArgs(leaseMs)
 	const most = 1 << 16 // counts released at most: a bound, not a limit met in practice
 	n := 0
 	work := func(ctx context.Context) error {
@@ -140,6 +145,9 @@ func (m *Mutex) giveBackLocked(leaseMs int64, from time.Time) {
 				return err // sent again with the same request id: its latch makes it count once
 			}
 			if err != nil || res != wire.StillHeld {
+				if err == nil && res == wire.Released && h != nil {
+					m.released(h)
+				}
 				return nil
 			}
 			a.RequestID = RequestID()

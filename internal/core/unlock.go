@@ -46,16 +46,61 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		h.unlocking++
 	}
 	m.mu.Unlock()
-	res, err := m.sendUnlock(ctx, m.unlockArgs(leaseMs))
-	if err == nil {
+	a := m.unlockArgs(leaseMs)
+	res, err := m.sendUnlock(ctx, a)
+	switch {
+	case err == nil:
 		err = m.unlocked(h, res)
-	} else {
+	case isScriptError(err):
 		err = fmt.Errorf("fairlock: unlock %q: %w", m.Keys.Name, err)
+	default:
+		m.unconfirmed(h, a, err)
+		err = fmt.Errorf("fairlock: unlock %q not confirmed (it is retried in the background): %w", m.Keys.Name, err)
 	}
 	if obs {
 		m.unlockDone(h)
 	}
 	return err
+}
+
+// unconfirmed runs after the unlock a of hold h (nil: none) got no reply:
+// Redis may or may not have run it (a primary that died took it with it).
+// The caller asked to give the hold up, so the handle stops believing in it
+// and the release is made in the background, first with a itself (its
+// request id makes it count once if the first did arrive), until Redis
+// confirms it or the lease and the latch have run out. The hold is not
+// renewed meanwhile: a watchdog renewing a hold its owner has unlocked would
+// keep it (and a semaphore's permits) from everyone else for as long as the
+// client lives. Redisson's unlock likewise stops the renewal whatever the
+// unlock's outcome.
+//
+// Unlocking the last count ends the hold as lost (Done closed, Err matching
+// ErrLost); the background release's confirmation withdraws the loss (Err
+// nil), as for a release that raced a renewal. Unlocking one count of
+// several keeps the hold, one count fewer. The handle's next acquisition or
+// Unlock waits for the background release first (settle).
+func (m *Mutex) unconfirmed(h *hold, a wire.Args, cause error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h == nil || m.cur != h {
+		return
+	}
+	if m.holds > 1 {
+		m.holds--
+		until := time.Now().Add(max(m.S.Config.Lease, m.S.Config.LatchTTL))
+		m.settling = append(m.settling, m.S.runCleanup(until, false, func(ctx context.Context) error {
+			a.NowMs = m.S.WallMs()
+			ua := a
+			_, err := call(ctx, func(ctx context.Context) (wire.UnlockResult, error) { return m.E.Unlock(ctx, ua) })
+			if err != nil && !permanent(err) {
+				return err
+			}
+			return nil
+		}))
+		return
+	}
+	m.endLocked(h, fmt.Errorf("%w: %q: the unlock was not confirmed (%w); the release is retried in the background", ErrLost, m.Keys.Name, cause))
+	m.giveBackFrom(a, time.Now(), h)
 }
 
 // unlockDone reports a loss of h held back while this unlock was in flight

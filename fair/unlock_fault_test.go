@@ -1,0 +1,60 @@
+package fair_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/internal/faultproxy"
+	"github.com/fairlock-go/fairlock/internal/redistest"
+)
+
+// An Unlock that Redis never saw (the connection was cut) must not leave
+// the lock held by the watchdog: the hold ends, the release is retried in
+// the background, and the lock is free once Redis is reachable again (at
+// the latest when the lease ends). Reentrant: an unconfirmed Unlock of one
+// count of two keeps the hold, one count fewer.
+func TestUnconfirmedUnlockStopsRenewingAndIsRetried(t *testing.T) {
+	for _, e := range engineCases {
+		t.Run(e.name, func(t *testing.T) {
+			b := redistest.Real(t)
+			ctx := testCtx(t)
+			name := redistest.Prefix(t) + "lock"
+			p := faultproxy.Start(t, b.Addr)
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+			t.Cleanup(func() { _ = rdb.Close() })
+			const lease = 10 * time.Second
+			c := newClient(t, rdb, fairlock.WithLease(lease), fairlock.WithCleanupTimeout(time.Second))
+			m := newMutex(t, c, name, e.opt)
+			other := newMutex(t, newClient(t, b.Client(t)), name, e.opt)
+
+			require.NoError(t, m.Lock(ctx))
+			require.NoError(t, m.Lock(ctx)) // two counts
+			undo := p.Cut() // what was sent is lost, as on a primary that died
+			uctx, cancel := context.WithTimeout(ctx, time.Second)
+			require.Error(t, m.Unlock(uctx), "Redis never saw the unlock")
+			cancel()
+			assert.Nil(t, m.Err(), "one count of two: still held")
+			uctx, cancel = context.WithTimeout(ctx, time.Second)
+			require.Error(t, m.Unlock(uctx), "Redis never saw the unlock")
+			cancel()
+			undo()
+			select {
+			case <-m.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the hold whose unlock was sent still looks held: its watchdog renews it")
+			}
+			ok, err := other.TryLockFor(ctx, 3*lease, 0)
+			require.NoError(t, err)
+			require.True(t, ok, "the lock never came free")
+			require.NoError(t, other.Unlock(ctx))
+			assert.Eventually(t, func() bool { return m.Err() == nil }, 30*time.Second, 10*time.Millisecond,
+				"the background release was confirmed: the loss is withdrawn")
+		})
+	}
+}
