@@ -35,7 +35,7 @@ func TestUnconfirmedUnlockStopsRenewingAndIsRetried(t *testing.T) {
 
 			require.NoError(t, m.Lock(ctx))
 			require.NoError(t, m.Lock(ctx)) // two counts
-			undo := p.Cut() // what was sent is lost, as on a primary that died
+			undo := p.Cut()                 // what was sent is lost, as on a primary that died
 			uctx, cancel := context.WithTimeout(ctx, time.Second)
 			require.Error(t, m.Unlock(uctx), "Redis never saw the unlock")
 			cancel()

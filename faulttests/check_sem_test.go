@@ -115,6 +115,21 @@ func TestCheckSemLiveness(t *testing.T) {
 	h.Calls[1].End = 32 * s
 	h.Faults = []Fault{{Kind: FLatency, Client: 1, Start: 5 * s, End: 8 * s}}
 	expect(t, CheckSemLiveness(h), "sem-liveness", 0)
+	// a waiter ahead whose client had a fault blocks w while its own ask
+	// does not fit (a holds 1 of 3 until 1 s)...
+	h.Calls[0].End = 31 * s
+	h.Faults = []Fault{{Kind: FLatency, Client: 2, Start: 200 * ms(1), End: 30 * s}}
+	h.Windows = []*Window{semWin("a", 0, 0, 40*s, 1)}
+	expect(t, CheckSemLiveness(h), "sem-liveness", 0)
+	// ...but not once it fits: then it is granted or pruned, and its delay
+	// is paid for in the bound (it used to hide w's wait for as long as it
+	// waited: the failover replays whose pool sat idle behind a zombie
+	// renewal)
+	h.Windows = []*Window{semWin("a", 0, 0, 1*s, 1)}
+	expect(t, CheckSemLiveness(h), "sem-liveness", 1)
+	h.Calls[1].End = 1*s + semLiveBound(1, nil) - s
+	expect(t, CheckSemLiveness(h), "sem-liveness", 0)
+	h.Calls[1].End = 32 * s
 	// a server-wide fault adds its length, a lease and its recovery
 	h.Faults = []Fault{{Kind: FSigStop, Client: -1, Start: 1 * s, End: 3 * s}}
 	h.Calls[0].End = 300 * ms(1) // big gave up early: w is alone

@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -241,7 +242,10 @@ func TestSlotMigrationWhileQueued(t *testing.T) {
 				t.Fatal(err)
 			}
 			finished := time.Now()
-			if err := <-released; err != nil {
+			// The probe's unconfirmed unlock is retried in the background
+			// too: whichever of the two reaches Redis second finds the lock
+			// released (ErrNotHeld); the waiters' grants below show it was.
+			if err := <-released; err != nil && !errors.Is(err, fairlock.ErrNotHeld) {
 				t.Fatal(err)
 			}
 			if err := s.wait(); err != nil {
