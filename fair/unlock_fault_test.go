@@ -20,6 +20,7 @@ import (
 // the latest when the lease ends). Reentrant: an unconfirmed Unlock of one
 // count of two keeps the hold, one count fewer.
 func TestUnconfirmedUnlockStopsRenewingAndIsRetried(t *testing.T) {
+	redistest.Long(t)
 	for _, e := range engineCases {
 		t.Run(e.name, func(t *testing.T) {
 			b := redistest.Real(t)

@@ -23,6 +23,7 @@ import (
 // Release failed during the failover was renewed for 15-18 s and the fair
 // semaphore granted nothing meanwhile.)
 func TestUnconfirmedReleaseStopsRenewingAndIsRetried(t *testing.T) {
+	redistest.Long(t)
 	b := redistest.Real(t)
 	ctx := context.Background()
 	p := faultproxy.Start(t, b.Addr)
