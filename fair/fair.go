@@ -22,6 +22,13 @@
 // a head with no deadline is pruned instead of blocking the lock for ever
 // (H1); a waiter never polls in a loop (H2); unlocking a lock you do not hold
 // returns ErrNotHeld (H4).
+//
+// A waiter can follow its place in the queue: Acquire with
+// AcquireOptions.Position reports, after each of its attempts, how many
+// waiters are ahead of it and an estimate of its wait (fairlock.Position);
+// Mutex.State reads the holder, the lease, the token, the queue length and
+// the first waiters, for anyone. Both cost no write, and the position no
+// extra round trip (docs/design.md, "Queue position and ETA").
 package fair
 
 import (
@@ -100,6 +107,20 @@ type AcquireOptions struct {
 	Wait time.Duration
 	// Slot is this waiter's wait slot; 0 takes the handle's default.
 	Slot time.Duration
+	// Position, when not nil, is called after every attempt of this
+	// acquisition that leaves the caller queued, with its place: how many
+	// waiters are ahead (exact on the Redisson engine; on the scalable
+	// engine an upper bound when waiters ahead of it gave up), whether it
+	// (re)joined the tail, and an estimate of its wait. It is called on the
+	// waiting goroutine, between attempts, so it must return quickly; it is
+	// not called when the first attempt takes the lock. Asking costs no
+	// extra round trip: the attempt's script reads the position too (one
+	// LPOS on the Redisson engine, O(number ahead); one HMGET on the
+	// scalable engine). Updates come when the waiter attempts: at once for
+	// the first two waiters on every change at the front, and for waiters
+	// further back when their sleep ends (at most the lease or the grace).
+	// See fairlock.Position and docs/design.md ("Queue position and ETA").
+	Position func(fairlock.Position)
 }
 
 // Acquire queues for the lock as o says. It reports false with a nil error
@@ -117,7 +138,7 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOptions) (bool, error) {
 	if slot == 0 {
 		slot = m.m.Slot
 	}
-	return m.m.Acquire(ctx, core.AcquireOpts{Lease: o.Lease, Wait: o.Wait, Slot: slot, Queue: true})
+	return m.m.Acquire(ctx, core.AcquireOpts{Lease: o.Lease, Wait: o.Wait, Slot: slot, Queue: true, Position: o.Position})
 }
 
 // engine is either fair engine: the same script bodies and wrappers, over

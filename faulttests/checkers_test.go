@@ -22,6 +22,7 @@ func Check(h *History) []Violation {
 	vs = append(vs, CheckCalls(h)...)
 	vs = append(vs, CheckClose(h)...)
 	vs = append(vs, CheckResource(h)...)
+	vs = append(vs, CheckPositions(h)...)
 	vs = append(vs, checkSem(h)...)
 	vs = append(vs, checkSeats(h)...)
 	sort.SliceStable(vs, func(i, j int) bool { return vs[i].At < vs[j].At })

@@ -114,6 +114,25 @@ type Call struct {
 	Closed   bool     // the error matches fairlock.ErrClosed
 	Permits  int      // a semaphore acquisition's ask (0: a lock's call)
 	Seats    []string // a seats call's seats (Lock is the venue)
+	// Positions are the queue positions a fair acquisition reported
+	// (fair.AcquireOptions.Position), in order (checkers_position_test.go).
+	Positions []PositionReport
+}
+
+// PositionReport is one position a waiting fair acquisition reported.
+type PositionReport struct {
+	At     time.Duration // the attempt that read it was sent
+	Ahead  int
+	Joined bool
+	ETA    time.Duration
+}
+
+func (p PositionReport) String() string {
+	j := ""
+	if p.Joined {
+		j = " joined"
+	}
+	return fmt.Sprintf("%s:%d%s", ts(p.At), p.Ahead, j)
 }
 
 func (c Call) String() string {
@@ -300,6 +319,13 @@ func (h *History) BeginCall(c Call) *Call {
 	cc := &c
 	h.Calls = append(h.Calls, cc)
 	return cc
+}
+
+// AddPosition records a position the call c reported.
+func (h *History) AddPosition(c *Call, p PositionReport) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c.Positions = append(c.Positions, p)
 }
 
 // EndCall records the call's end now.

@@ -74,8 +74,17 @@ func Summary(h *History) string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ops := map[string]int{}
-	acq := 0
+	acq, moved := 0, 0
+	pos := map[LockKind]int{}
 	for _, c := range h.Calls {
+		if len(c.Positions) > 0 {
+			pos[h.Locks[c.Lock]] += len(c.Positions)
+		}
+		for i := 1; i < len(c.Positions); i++ {
+			if c.Positions[i].Ahead < c.Positions[i-1].Ahead {
+				moved++
+			}
+		}
 		op, _, _ := strings.Cut(c.Op, "[")
 		ops[op]++
 		if c.Acquired && c.Op != "ForceUnlock" {
@@ -86,6 +95,6 @@ func Summary(h *History) string {
 	for _, f := range h.Faults {
 		kinds[f.Kind]++
 	}
-	return fmt.Sprintf("%d calls %v, %d acquisitions, %d holds, %d queue joins, %d resource ops, faults %v, %d client closes",
-		len(h.Calls), ops, acq, len(h.Windows), len(h.Joins), len(h.Ops), kinds, len(h.Closes))
+	return fmt.Sprintf("%d calls %v, %d acquisitions, %d holds, %d queue joins, queue positions reported %v (%d moved up the queue), %d resource ops, faults %v, %d client closes",
+		len(h.Calls), ops, acq, len(h.Windows), len(h.Joins), pos, moved, len(h.Ops), kinds, len(h.Closes))
 }

@@ -262,7 +262,15 @@ func (r *run) semOp(h *Handle, rng *rand.Rand) {
 		lease = between(rng, ExplicitLeaseMin, ExplicitLeaseMax)
 	}
 	var a *semAttempt
+	fs, isFair := h.Sem.(*semaphore.Fair)
 	switch p := rng.Float64(); {
+	case p < 0.4 && isFair && rng.IntN(2) == 0:
+		// the fair semaphore's Acquire, asking for its queue position
+		// (CheckPositions)
+		a = r.semCall(h, "Acquire[position]", true, n, lease, rng, func(ctx context.Context) (*semaphore.Permit, error) {
+			sa := ctx.Value(semAttemptKey{}).(*semAttempt)
+			return fs.AcquireWith(ctx, n, semaphore.AcquireOptions{Wait: semaphore.Forever, Lease: lease, Position: r.positions(sa.call)})
+		})
 	case p < 0.4:
 		a = r.semCall(h, "Acquire", true, n, lease, rng, func(ctx context.Context) (*semaphore.Permit, error) { return h.Sem.Acquire(ctx, n, lease) })
 	case p < 0.55:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/fair"
 )
 
 // LockSpec is one lock of a workload: an id (the name is Env.LockName(id))
@@ -166,17 +167,25 @@ func errText(err error) (string, bool) {
 }
 
 // call runs f as a recorded call.
-func (r *run) call(h *Handle, op string, wait, reentry bool, lease time.Duration, rng *rand.Rand, f func(ctx context.Context) (bool, error)) (*Call, bool) {
+func (r *run) call(h *Handle, op string, wait, reentry bool, lease time.Duration, rng *rand.Rand, f func(ctx context.Context, c *Call) (bool, error)) (*Call, bool) {
 	ctx, cancel, ctxEnd := r.callCtx(rng)
 	defer cancel()
 	if lease > 0 {
 		op += "[lease " + lease.Round(time.Millisecond).String() + "]"
 	}
 	c := r.e.H.BeginCall(Call{Client: h.Client.ID, Owner: h.L.Owner(), Lock: h.Lock, Op: op, Wait: wait, Reentry: reentry, Lease: lease, Start: r.e.H.Now(), CtxEnd: ctxEnd})
-	ok, err := f(ctx)
+	ok, err := f(ctx, c)
 	s, closed := errText(err)
 	r.e.H.EndCall(c, ok && err == nil, s, closed)
 	return c, ok && err == nil
+}
+
+// positions records the queue positions a fair acquisition reports in its
+// call (CheckPositions).
+func (r *run) positions(c *Call) func(fairlock.Position) {
+	return func(p fairlock.Position) {
+		r.e.H.AddPosition(c, PositionReport{At: r.e.H.At(p.At), Ahead: p.Ahead, Joined: p.Joined, ETA: p.ETA})
+	}
 }
 
 func (r *run) op(h *Handle, rng *rand.Rand) {
@@ -185,22 +194,35 @@ func (r *run) op(h *Handle, rng *rand.Rand) {
 	p := rng.Float64()
 	var c *Call
 	var ok bool
+	fm, isFair := l.(*fair.Mutex)
 	switch {
+	case p < 0.30 && isFair && rng.IntN(2) == 0:
+		// the fair lock's Lock, asking for its queue position
+		c, ok = r.call(h, "Lock[position]", true, false, 0, rng, func(ctx context.Context, c *Call) (bool, error) {
+			return fm.Acquire(ctx, fair.AcquireOptions{Wait: fair.Forever, Position: r.positions(c)})
+		})
 	case p < 0.30:
-		c, ok = r.call(h, "Lock", true, false, 0, rng, func(ctx context.Context) (bool, error) { return true, l.Lock(ctx) })
+		c, ok = r.call(h, "Lock", true, false, 0, rng, func(ctx context.Context, _ *Call) (bool, error) { return true, l.Lock(ctx) })
 	case p < 0.45:
 		lease = between(rng, ExplicitLeaseMin, ExplicitLeaseMax)
-		c, ok = r.call(h, "LockWithLease", true, false, lease, rng, func(ctx context.Context) (bool, error) { return true, l.LockWithLease(ctx, lease) })
+		c, ok = r.call(h, "LockWithLease", true, false, lease, rng, func(ctx context.Context, _ *Call) (bool, error) { return true, l.LockWithLease(ctx, lease) })
 	case p < 0.60:
-		c, ok = r.call(h, "TryLock", false, false, 0, rng, func(ctx context.Context) (bool, error) { return l.TryLock(ctx) })
+		c, ok = r.call(h, "TryLock", false, false, 0, rng, func(ctx context.Context, _ *Call) (bool, error) { return l.TryLock(ctx) })
 	case p < 0.98:
 		wait := between(rng, 300*time.Millisecond, 4*time.Second)
 		if rng.IntN(2) == 0 {
 			lease = between(rng, ExplicitLeaseMin, ExplicitLeaseMax)
 		}
-		c, ok = r.call(h, "TryLockFor[wait "+wait.Round(time.Millisecond).String()+"]", true, false, lease, rng, func(ctx context.Context) (bool, error) { return l.TryLockFor(ctx, wait, lease) })
+		if isFair && rng.IntN(2) == 0 {
+			// TryLockFor with its queue position: its wait is its slot
+			c, ok = r.call(h, "TryLockFor[position, wait "+wait.Round(time.Millisecond).String()+"]", true, false, lease, rng, func(ctx context.Context, c *Call) (bool, error) {
+				return fm.Acquire(ctx, fair.AcquireOptions{Wait: wait, Lease: lease, Slot: wait, Position: r.positions(c)})
+			})
+			break
+		}
+		c, ok = r.call(h, "TryLockFor[wait "+wait.Round(time.Millisecond).String()+"]", true, false, lease, rng, func(ctx context.Context, _ *Call) (bool, error) { return l.TryLockFor(ctx, wait, lease) })
 	default:
-		r.call(h, "ForceUnlock", false, false, 0, rng, func(ctx context.Context) (bool, error) { return l.ForceUnlock(ctx) })
+		r.call(h, "ForceUnlock", false, false, 0, rng, func(ctx context.Context, _ *Call) (bool, error) { return l.ForceUnlock(ctx) })
 		return
 	}
 	if ok {
@@ -222,7 +244,7 @@ func (r *run) hold(h *Handle, c *Call, lease time.Duration, rng *rand.Rand) {
 
 	reentered := false
 	if rng.Float64() < 0.2 && !tr.lost() {
-		_, reentered = r.call(h, "Lock(re-entry)", true, true, 0, rng, func(ctx context.Context) (bool, error) { return true, l.Lock(ctx) })
+		_, reentered = r.call(h, "Lock(re-entry)", true, true, 0, rng, func(ctx context.Context, _ *Call) (bool, error) { return true, l.Lock(ctx) })
 	}
 	abandon := lease > 0 && rng.Float64() < 0.15 // let the explicit lease run out
 	until := time.Now().Add(between(rng, 0, r.w.MaxHold))
@@ -253,10 +275,10 @@ func (r *run) hold(h *Handle, c *Call, lease time.Duration, rng *rand.Rand) {
 		return // the watcher sees Done close
 	}
 	if reentered {
-		r.call(h, "Unlock(inner)", false, false, 0, rng, func(ctx context.Context) (bool, error) { return true, l.Unlock(ctx) })
+		r.call(h, "Unlock(inner)", false, false, 0, rng, func(ctx context.Context, _ *Call) (bool, error) { return true, l.Unlock(ctx) })
 	}
 	tr.unlocking()
-	r.call(h, "Unlock", false, false, 0, rng, func(ctx context.Context) (bool, error) { return true, l.Unlock(ctx) })
+	r.call(h, "Unlock", false, false, 0, rng, func(ctx context.Context, _ *Call) (bool, error) { return true, l.Unlock(ctx) })
 }
 
 // held is what a tracker watches of a hold: a lock handle, or a semaphore

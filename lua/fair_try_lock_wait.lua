@@ -19,6 +19,8 @@
 -- ARGV[6]  head grace in milliseconds (not in Redisson; <= 0: off)
 -- ARGV[7]  publish command: "publish" or "spublish" (not in Redisson)
 -- ARGV[8]  wake-up message, "0" (not in Redisson)
+-- ARGV[9]  "1": reply the caller's queue position too (not in Redisson;
+--          optional, absent or anything else: no position)
 --
 -- Reply: {-1, token} when ARGV[2] now holds the lock (Redisson: nil), with
 -- the holder's fencing token (fair_token; a later copy of the request gets
@@ -27,6 +29,11 @@
 -- reply in fair_common.lua; Redisson replies the tail's time left to a new
 -- waiter and the PTTL, or 0 on a free lock, to a queued one). An error
 -- reply when the other fair engine keeps this lock's queue.
+-- With ARGV[9] "1", a caller left queued gets {sleep, ahead, joined}
+-- instead: sleep as above, ahead the waiters ahead of it (q_ahead: exact on
+-- the Redisson engine, one LPOS; on the scalable engine from the join
+-- sequences, O(1), an upper bound when waiters ahead gave up; -1 unknown),
+-- joined 1 when this call put it at the tail, else 0.
 local owner, wait = ARGV[2], tonumber(ARGV[3])
 local now, grace = tonumber(ARGV[4]), tonumber(ARGV[6])
 
@@ -52,7 +59,13 @@ if held then
     finish(owner, head0, second0, cut, grace)
     return {-1, token}
 end
+local joined = 0
 if not q_queued(owner) then
     join(owner, wait, now)
+    joined = 1
 end
-return reply(owner, now, grace, finish(owner, head0, second0, false, grace))
+local sleep = reply(owner, now, grace, finish(owner, head0, second0, false, grace))
+if ARGV[9] == '1' then
+    return {sleep, q_ahead(owner), joined}
+end
+return sleep

@@ -106,6 +106,17 @@ local function q_size()
     return redis.call('llen', queue)
 end
 
+-- q_ahead: how many waiters are ahead of owner (0: the head), one LPOS
+-- (O(k) for k ahead; Redis 6.0.6 or later); -1 when owner is not queued or
+-- LPOS is not available. Read only; Redisson's keys are never written for it.
+local function q_ahead(owner)
+    local v = redis.pcall('lpos', queue, owner)
+    if type(v) ~= 'number' then
+        return -1
+    end
+    return v
+end
+
 -- q_pop_head removes the head (pruned as dead): nobody else moves.
 local function q_pop_head()
     FRONT_OK = false

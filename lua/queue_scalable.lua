@@ -14,6 +14,14 @@
 --             is queued
 --   p:<o>     the owner before o ("" for the head)
 --   d:<o>     o's deadline minus its predecessor's (0 for the head)
+--   s:<o>     o's join sequence: the tail's + 1 when o joined (1 when it
+--             joined an empty queue); strictly increasing from head to tail
+--   hs, ts    the head's and the tail's join sequence
+-- The join sequences serve only the waiter's position (q_ahead): s:<o> - hs
+-- counts the waiters ahead of o plus the gaps left by waiters that gave up
+-- from between the head and o. They are optional: a queue written without
+-- them (an older version of this module) is not reset, its waiters' position
+-- is unknown (-1).
 -- The key is deleted when the queue empties. Waiter k's deadline is hd plus
 -- the deltas from the head's successor up to k; only the head's and the
 -- tail's are ever read, so "everyone behind X drops by w" is one change to
@@ -38,18 +46,35 @@ local function q_written()
     ENDS, FRONT_OK, FRONT_H, FRONT_S = nil, false, nil, nil
 end
 
+-- seq reads a join sequence field (nil when missing or not a number).
+local function seq(v)
+    return tonumber(v)
+end
+
+-- seq_field adds field = v to the HSET arguments set, or, v nil (a queue
+-- written without sequences), deletes the field.
+local function seq_field(set, field, v)
+    if v then
+        set[#set + 1] = field
+        set[#set + 1] = v
+    else
+        redis.call('hdel', sq, field)
+    end
+end
+
 -- q_reset: the queue is inconsistent: start again from an empty queue.
 local function q_reset()
     redis.call('del', sq)
     ENDS, FRONT_OK, FRONT_H, FRONT_S = nil, true, nil, nil
 end
 
--- The node fields of o: previous, next, delta (nil when missing).
+-- The node fields of o: previous, next, delta, join sequence (nil when
+-- missing).
 local function node(o)
-    local v = redis.call('hmget', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o)
+    local v = redis.call('hmget', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o, 's:' .. o)
     if v[1] == false then v[1] = nil end
     if v[2] == false then v[2] = nil end
-    return v[1], v[2], tonumber(v[3])
+    return v[1], v[2], tonumber(v[3]), seq(v[4])
 end
 
 -- q_init names the keys: the Redisson-compatible engine's list and zset
@@ -63,7 +88,7 @@ end
 -- of the wrong type or a broken end resets the queue. Returns the head and
 -- the waiter behind it (either may be nil).
 local function q_check()
-    local v = redis.pcall('hmget', sq, 'h', 't', 'hd', 'td')
+    local v = redis.pcall('hmget', sq, 'h', 't', 'hd', 'td', 'hs', 'ts')
     if v.err then
         q_reset()
         return nil, nil
@@ -85,7 +110,7 @@ local function q_check()
         q_reset()
         return nil, nil
     end
-    ENDS = {h = h, t = t, hd = tonumber(v[3]), td = tonumber(v[4])}
+    ENDS = {h = h, t = t, hd = tonumber(v[3]), td = tonumber(v[4]), hs = seq(v[5]), ts = seq(v[6])}
     FRONT_OK, FRONT_H, FRONT_S = true, h, nil
     if e[2] ~= '' then
         FRONT_S = e[2]
@@ -149,6 +174,35 @@ local function q_queued(owner)
     return redis.call('hexists', sq, 'n:' .. owner) == 1
 end
 
+-- q_ahead: the waiters ahead of owner, from the join sequences: s:<owner> -
+-- hs, O(1). Exact unless waiters between the head and owner gave up (each
+-- such gap counts until the head passes it): an upper bound that never
+-- grows while owner stays queued (hs only grows, s:<owner> never changes).
+-- -1 when owner is not queued or a sequence is missing.
+local function q_ahead(owner)
+    local v = redis.call('hmget', sq, 's:' .. owner, 'hs')
+    local s, hs = seq(v[1]), seq(v[2])
+    if not s or not hs or s < hs then
+        return -1
+    end
+    return s - hs
+end
+
+-- q_length: how many waiters are queued, from the hash's field count, O(1):
+-- six fields for the ends (h, t, hd, td, hs, ts) and four per waiter (n:,
+-- p:, d:, s:); four and three in a queue written without join sequences.
+local function q_length()
+    local n = redis.call('hlen', sq)
+    if n < 4 then
+        return 0
+    end
+    local v = redis.call('hmget', sq, 'hs', 'ts')
+    if v[1] and v[2] then
+        return math.max(0, math.floor((n - 6) / 4))
+    end
+    return math.floor((n - 4) / 3)
+end
+
 -- q_tail: the last waiter and its deadline.
 local function q_tail()
     if ENDS then
@@ -175,7 +229,8 @@ local function sq_remove(o, drop)
     if not n then
         return false
     end
-    local ends = ENDS and {ENDS.h, ENDS.t, ENDS.hd, ENDS.td} or redis.call('hmget', sq, 'h', 't', 'hd', 'td')
+    local ends = ENDS and {ENDS.h, ENDS.t, ENDS.hd, ENDS.td, ENDS.hs, ENDS.ts} or
+        redis.call('hmget', sq, 'h', 't', 'hd', 'td', 'hs', 'ts')
     local hd, td = tonumber(ends[3]), tonumber(ends[4])
     q_written()
     if not p or not d or not hd or not td or (p == '') ~= (ends[1] == o) or (n == '') ~= (ends[2] == o) then
@@ -188,30 +243,35 @@ local function sq_remove(o, drop)
     end
     if p == '' then
         -- o was the head: its successor's absolute deadline becomes hd.
-        local np, nn, nd = node(n)
+        local np, nn, nd, ns = node(n)
         if np ~= o or not nn or not nd then
             q_reset()
             return true
         end
-        redis.call('hdel', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o)
+        redis.call('hdel', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o, 's:' .. o)
         local nhd = hd + nd - drop
-        redis.call('hset', sq, 'h', n, 'hd', nhd, 'td', td - drop, 'p:' .. n, '', 'd:' .. n, 0)
-        ENDS = {h = n, t = ends[2], hd = nhd, td = td - drop}
+        local set = {'h', n, 'hd', nhd, 'td', td - drop, 'p:' .. n, '', 'd:' .. n, 0}
+        seq_field(set, 'hs', ns)
+        redis.call('hset', sq, unpack(set))
+        ENDS = {h = n, t = ends[2], hd = nhd, td = td - drop, hs = ns, ts = seq(ends[6])}
         FRONT_OK, FRONT_H, FRONT_S = true, n, nil
         if nn ~= '' then
             FRONT_S = nn
         end
         return true
     end
-    local _, pn = node(p)
+    local _, pn, _, ps = node(p)
     if pn ~= o then
         q_reset()
         return true
     end
     if n == '' then
-        -- o was the tail: nobody behind; the new tail is its predecessor.
-        redis.call('hdel', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o)
-        redis.call('hset', sq, 't', p, 'td', td - d, 'n:' .. p, '')
+        -- o was the tail: nobody behind; the new tail is its predecessor
+        -- (and the next joiner's sequence follows it: no gap at the tail).
+        redis.call('hdel', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o, 's:' .. o)
+        local set = {'t', p, 'td', td - d, 'n:' .. p, ''}
+        seq_field(set, 'ts', ps)
+        redis.call('hset', sq, unpack(set))
         return true
     end
     -- In the middle: the successor's gap to its new predecessor is the two
@@ -221,7 +281,7 @@ local function sq_remove(o, drop)
         q_reset()
         return true
     end
-    redis.call('hdel', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o)
+    redis.call('hdel', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o, 's:' .. o)
     redis.call('hset', sq, 'n:' .. p, n, 'p:' .. n, p, 'd:' .. n, d + nd - drop, 'td', td - drop)
     return true
 end
@@ -252,10 +312,16 @@ end
 local function q_append(owner, deadline, tail, td)
     q_written()
     if tail and td then
-        local _, tn = node(tail)
+        local _, tn, _, ts = node(tail)
         if tn == '' then
-            redis.call('hset', sq, 't', owner, 'td', deadline, 'n:' .. tail, owner,
-                'p:' .. owner, tail, 'n:' .. owner, '', 'd:' .. owner, deadline - td)
+            local set = {'t', owner, 'td', deadline, 'n:' .. tail, owner,
+                'p:' .. owner, tail, 'n:' .. owner, '', 'd:' .. owner, deadline - td}
+            if ts then
+                -- (a queue written without sequences: this waiter has none either)
+                seq_field(set, 's:' .. owner, ts + 1)
+                seq_field(set, 'ts', ts + 1)
+            end
+            redis.call('hset', sq, unpack(set))
             return
         end
     end
@@ -263,5 +329,5 @@ local function q_append(owner, deadline, tail, td)
         q_reset()
     end
     redis.call('hset', sq, 'h', owner, 't', owner, 'hd', deadline, 'td', deadline,
-        'p:' .. owner, '', 'n:' .. owner, '', 'd:' .. owner, 0)
+        'p:' .. owner, '', 'n:' .. owner, '', 'd:' .. owner, 0, 's:' .. owner, 1, 'hs', 1, 'ts', 1)
 end

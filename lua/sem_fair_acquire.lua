@@ -22,6 +22,7 @@
 -- ARGV[8]  1: join or stay in the queue when not granted; 0: one try that
 --          never queues (granted only when nobody else is queued ahead, or
 --          the caller is the head, and n permits are free)
+-- ARGV[9]  "1": reply the caller's queue position too (optional)
 --
 -- Replies:
 --   {1, token}   granted: the owner holds n permits until now + lease;
@@ -33,6 +34,11 @@
 --                its channel may come sooner; -1: no lease will end, wait
 --                for a wake-up or a watchdog period); see reply in
 --                fair_common.lua.
+--   {0, sleep, ahead, joined}  the same when ARGV[8] and ARGV[9] are "1":
+--                ahead the waiters (requests) ahead of the caller, from the
+--                join sequences (q_ahead in queue_scalable.lua: O(1), an
+--                upper bound when waiters ahead gave up; -1 unknown),
+--                joined 1 when this call put the caller at the tail.
 --   errors (nothing written):
 --     "fairlock: semaphore permits not set"
 --     "fairlock: semaphore asked for <n> permits, the pool has <p>"
@@ -107,14 +113,18 @@ if held then
     sem_tidy()
     return {1, token}
 end
-local caller = nil
+local caller, joined = nil, 0
 if queue then
     caller = owner
     if not queued then
         join(owner, wait, NOW)
         sem_want_store(owner, n)
+        joined = 1
     end
 end
 local sleep = reply(owner, NOW, grace, finish(caller, head0, second0, RECLAIMED, grace))
 sem_tidy()
+if queue and ARGV[9] == '1' then
+    return {0, sleep, q_ahead(owner), joined}
+end
 return {0, sleep}

@@ -20,11 +20,8 @@ for o, s in pairs(LEASE) do -- as sem_init loaded them
         used, holders = used + sem_count(v), holders + 1
     end
 end
-local fields = redis.call('hlen', KEYS[4])
-local queued = 0
-if fields >= 4 then
-    queued = math.floor((fields - 4) / 3)
-end
+q_init(nil, nil, KEYS[4])
+local queued = q_length()
 if POOL == nil then
     return {-1, -1, holders, queued}
 end

@@ -315,7 +315,26 @@ func (l *Lock) join(server, now int64, owner string, waitMs int64) {
 		}
 	}
 	l.Deadlines[owner] = now + ttl + waitMs
+	seq := int64(1)
+	if n := len(l.Queue); n > 0 {
+		seq = l.Seqs[l.Queue[n-1]] + 1
+	}
+	l.Seqs[owner] = seq
 	l.Queue = append(l.Queue, owner)
+}
+
+// Ahead is what fair_try_lock_wait.lua replies as owner's position when
+// asked (ARGV 9): exact, the number of waiters ahead of owner (the
+// Redisson engine's LPOS), and bySeq, the scalable engine's join-sequence
+// difference with the head (Seqs), which also counts the gaps left by
+// waiters that gave up from between the head and owner. -1 both when owner
+// is not queued.
+func (l *Lock) Ahead(owner string) (exact, bySeq int64) {
+	i := slices.Index(l.Queue, owner)
+	if i < 0 {
+		return -1, -1
+	}
+	return int64(i), l.Seqs[owner] - l.Seqs[l.Queue[0]]
 }
 
 // finish ends every fair script: the grace is dropped unless the lock is

@@ -37,6 +37,13 @@ func (l *Lock) CheckInvariants() error {
 			errs = append(errs, fmt.Errorf("waiter %s is queued without a deadline", w))
 		}
 	}
+	for i := 1; i < len(l.Queue); i++ {
+		a, okA := l.Seqs[l.Queue[i-1]]
+		b, okB := l.Seqs[l.Queue[i]]
+		if okA && okB && b <= a {
+			errs = append(errs, fmt.Errorf("join sequences do not increase from %s (%d) to %s (%d)", l.Queue[i-1], a, l.Queue[i], b))
+		}
+	}
 	for _, w := range slices.Sorted(maps.Keys(l.Deadlines)) {
 		if !seen[w] {
 			errs = append(errs, fmt.Errorf("waiter %s has a deadline but is not queued", w))

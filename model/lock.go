@@ -121,6 +121,13 @@ type Lock struct {
 	GraceEnd    int64
 	GraceSecond bool
 
+	// Seqs are the scalable engine's join sequences (queue_scalable.lua):
+	// a waiter joining gets the tail's + 1, or 1 when nobody is queued.
+	// Only the entries of queued owners mean anything (others are left
+	// behind by removals and overwritten by the next join). The Redisson
+	// engine keeps none; its position is the index in Queue. See Ahead.
+	Seqs map[string]int64
+
 	// Latches are the unlock latches by request id.
 	Latches map[string]Latch
 
@@ -142,6 +149,7 @@ func New(name string) *Lock {
 		names:     NamesFor(name),
 		Holds:     map[string]int64{},
 		Deadlines: map[string]int64{},
+		Seqs:      map[string]int64{},
 		Latches:   map[string]Latch{},
 
 		AcquireLatches: map[string]AcquireLatch{},
@@ -156,6 +164,7 @@ func (l *Lock) Clone() *Lock {
 	c := *l
 	c.Holds = maps.Clone(l.Holds)
 	c.Deadlines = maps.Clone(l.Deadlines)
+	c.Seqs = maps.Clone(l.Seqs)
 	c.Latches = maps.Clone(l.Latches)
 	c.AcquireLatches = maps.Clone(l.AcquireLatches)
 	c.Queue = slices.Clone(l.Queue)

@@ -42,7 +42,13 @@ type SemFair struct {
 	Wants   map[string]int64 // queued owner -> permits asked
 	// Deadlines: queued owner -> deadline (its join time, plus the base,
 	// plus its slot; lowered by the slots of those ahead who take or leave).
-	Deadlines   map[string]int64
+	Deadlines map[string]int64
+	// Seqs are the join sequences (queue_scalable.lua), as Lock.Seqs:
+	// the tail's + 1 at a join, 1 in an empty queue; only queued owners'
+	// entries mean anything. Joined: the last Acquire put its caller at
+	// the tail (the "joined" of its position reply). See Ahead.
+	Seqs        map[string]int64
+	Joined      bool
 	GraceOwner  string
 	GraceEnd    int64 // the grace ends; the key lives GraceMargin more
 	GraceSecond bool
@@ -75,13 +81,14 @@ var (
 // queued.
 func NewSemFair() *SemFair {
 	return &SemFair{Holders: map[string]int64{}, Leases: map[string]int64{}, Wants: map[string]int64{},
-		Deadlines: map[string]int64{}, Acquires: map[string]SemLatch{}, Releases: map[string]SemLatch{}}
+		Deadlines: map[string]int64{}, Seqs: map[string]int64{}, Acquires: map[string]SemLatch{}, Releases: map[string]SemLatch{}}
 }
 
 // Clone returns a deep copy.
 func (s *SemFair) Clone() *SemFair {
 	c := *s
 	c.Holders, c.Leases, c.Wants, c.Deadlines = maps.Clone(s.Holders), maps.Clone(s.Leases), maps.Clone(s.Wants), maps.Clone(s.Deadlines)
+	c.Seqs = maps.Clone(s.Seqs)
 	c.Acquires, c.Releases = maps.Clone(s.Acquires), maps.Clone(s.Releases)
 	c.Queue, c.Woken = slices.Clone(s.Queue), slices.Clone(s.Woken)
 	return &c
@@ -302,6 +309,7 @@ type SemAcquire struct {
 // state unchanged).
 func (s *SemFair) Acquire(now int64, a SemAcquire) (granted bool, value int64, err error) {
 	s.Advance(now)
+	s.Joined = false
 	if a.LatchMs > 0 {
 		if l, ok := s.Acquires[a.Request]; ok {
 			switch l.State {
@@ -349,9 +357,12 @@ func (s *SemFair) Acquire(now int64, a SemAcquire) (granted bool, value int64, e
 		caller = a.Owner
 		if !queued {
 			deadline := now + op.nextEnd() + a.Wait
+			seq := int64(1)
 			if n := len(s.Queue); n > 0 {
 				deadline = s.Deadlines[s.Queue[n-1]] + a.Wait
+				seq = s.Seqs[s.Queue[n-1]] + 1
 			}
+			s.Seqs[a.Owner], s.Joined = seq, true
 			s.Queue = append(s.Queue, a.Owner)
 			s.Deadlines[a.Owner], s.Wants[a.Owner] = deadline, a.N
 		}
@@ -362,6 +373,17 @@ func (s *SemFair) Acquire(now int64, a SemAcquire) (granted bool, value int64, e
 
 // Release gives back owner's permits at now: 1 when it held live permits,
 // 0 when not. A release id latches the answer (latchMs > 0).
+// Ahead is sem_fair_acquire.lua's position reply for owner (ARGV 9): the
+// join-sequence difference with the head, which counts the waiters ahead
+// and the gaps left by waiters that left from between the head and owner;
+// -1 when owner is not queued.
+func (s *SemFair) Ahead(owner string) int64 {
+	if !slices.Contains(s.Queue, owner) {
+		return -1
+	}
+	return s.Seqs[owner] - s.Seqs[s.Queue[0]]
+}
+
 func (s *SemFair) Release(now int64, owner, request string, latchMs, grace int64) int64 {
 	s.Advance(now)
 	if l, ok := s.Releases[request]; ok && request != "" {

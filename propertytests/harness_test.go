@@ -90,9 +90,15 @@ type counts struct {
 	maxQueue         int // longest queue seen
 	notified         int // fair-lock waiter notifications
 	pruned           int // waiters removed without taking the lock or giving up
+	positions        int // queue positions compared (scalable and fair semaphore machines)
 }
 
 func (c *counts) String() string {
+	if c.positions > 0 {
+		d := *c
+		d.positions = 0
+		return fmt.Sprintf("%v, %d queue positions compared", &d, c.positions)
+	}
 	if c.joins == 0 {
 		return fmt.Sprintf("%d sequences, %d steps", c.sequences, c.steps)
 	}

@@ -141,11 +141,32 @@ func (h *scHarness) noErr(t *rapid.T, what string, errs ...error) {
 
 func (h *scHarness) tryLockWait(t *rapid.T, owner string) {
 	a := h.args(owner, h.lease(t), h.wait(t))
-	fok, fttl, ferr := h.faithful.FairTryLockWait(h.ctx, h.rdb, h.fk, a)
-	sok, sttl, serr := h.scalable.TryLockWait(h.ctx, h.rdb, h.sk, a)
+	var fok, sok bool
+	var fttl, sttl int64
+	var ferr, serr error
+	var fahead, sahead wire.Ahead
+	position := rapid.Bool().Draw(t, "position")
+	wasQueued := slices.Contains(h.m.Queue, owner)
+	if position {
+		fok, fttl, _, fahead, ferr = h.faithful.Fair().TryLockWaitAhead(h.ctx, h.rdb, h.fk, a)
+		sok, sttl, _, sahead, serr = h.scalable.Fair().TryLockWaitAhead(h.ctx, h.rdb, h.sk, a)
+	} else {
+		fok, fttl, ferr = h.faithful.FairTryLockWait(h.ctx, h.rdb, h.fk, a)
+		sok, sttl, serr = h.scalable.TryLockWait(h.ctx, h.rdb, h.sk, a)
+	}
 	h.noErr(t, "tryLockWait", ferr, serr)
 	if mok, mttl := h.m.FairTryLockWait(h.server, a.NowMs, owner, a.LeaseMs, a.WaitMs, a.GraceMs); mok != sok || !mok && !h.within(mttl, sttl) {
 		t.Fatalf("tryLockWait by %s: model (%v, %d), scalable (%v, %d)\nbefore: %v", owner, mok, mttl, sok, sttl, h.s)
+	}
+	if position && !sok {
+		h.c.positions++
+		exact, bySeq := h.m.Ahead(owner)
+		if want := (wire.Ahead{Ahead: exact, Joined: !wasQueued}); fahead != want {
+			t.Fatalf("tryLockWait by %s: Redisson engine's position %+v, model %+v (queue %v)", owner, fahead, want, h.m.Queue)
+		}
+		if want := (wire.Ahead{Ahead: bySeq, Joined: !wasQueued}); sahead != want {
+			t.Fatalf("tryLockWait by %s: scalable engine's position %+v, model %+v (queue %v, seqs %v)", owner, sahead, want, h.m.Queue, h.m.Seqs)
+		}
 	}
 	if fok != sok || !fok && !h.within(fttl, sttl) {
 		t.Fatalf("tryLockWait by %s: Redisson engine (%v, %d), scalable (%v, %d)\nbefore: %v", owner, fok, fttl, sok, sttl, h.f)
@@ -374,6 +395,11 @@ func (h *scHarness) compareModel(s *model.Lock, spub []model.Message) error {
 	if !slices.Equal(m.Queue, s.Queue) {
 		return fmt.Errorf("queue %v, model %v", s.Queue, m.Queue)
 	}
+	for _, o := range m.Queue {
+		if m.Seqs[o] != s.Seqs[o] {
+			return fmt.Errorf("join sequence of %s %d, model %d (queue %v)", o, s.Seqs[o], m.Seqs[o], m.Queue)
+		}
+	}
 	if m.Token != s.Token {
 		return fmt.Errorf("token %d, model %d", s.Token, m.Token)
 	}
@@ -481,6 +507,14 @@ func dumpScalable(ctx context.Context, rdb *redis.Client, k wire.Keys, server in
 			if prev == "" && d != 0 {
 				return nil, fmt.Errorf("head %s has delta %d", o, d)
 			}
+			seq, err := num("s:" + o)
+			if err != nil {
+				return nil, err
+			}
+			if prev != "" && seq <= l.Seqs[prev] {
+				return nil, fmt.Errorf("join sequence of %s (%d) not above %s's (%d)", o, seq, prev, l.Seqs[prev])
+			}
+			l.Seqs[o] = seq
 			deadline += d
 			if _, dup := l.Deadlines[o]; dup || len(l.Queue) > len(f) {
 				return nil, fmt.Errorf("the links loop at %s", o)
@@ -499,7 +533,18 @@ func dumpScalable(ctx context.Context, rdb *redis.Client, k wire.Keys, server in
 		if td != deadline {
 			return nil, fmt.Errorf("td is %d, the tail's deadline %d", td, deadline)
 		}
-		if want := 4 + 3*len(l.Queue); len(f) != want {
+		hs, err := num("hs")
+		if err != nil {
+			return nil, err
+		}
+		ts, err := num("ts")
+		if err != nil {
+			return nil, err
+		}
+		if hs != l.Seqs[head] || ts != l.Seqs[tail] {
+			return nil, fmt.Errorf("hs %d, ts %d: the head's and tail's join sequences are %d and %d", hs, ts, l.Seqs[head], l.Seqs[tail])
+		}
+		if want := 6 + 4*len(l.Queue); len(f) != want {
 			return nil, fmt.Errorf("%d fields for %d waiters: %v", len(f), len(l.Queue), f)
 		}
 	}
@@ -566,6 +611,12 @@ var scalableBroken = []struct{ name, file, old, new string }{
 		"hd + nd - drop", "hd + nd"},
 	{"append forgets the old tail's link", "queue_scalable.lua",
 		"'n:' .. tail, owner,", ""},
+	{"append does not advance the tail's join sequence", "queue_scalable.lua",
+		"seq_field(set, 'ts', ts + 1)", ""},
+	{"head removal keeps the old head's join sequence", "queue_scalable.lua",
+		"seq_field(set, 'hs', ns)", ""},
+	{"the position counts from the tail, not the head", "queue_scalable.lua",
+		"'s:' .. owner, 'hs')", "'s:' .. owner, 'ts')"},
 	{"every queued waiter gets the head's grace poll", "fair_common.lua",
 		"and second == owner and", "and"},
 	{"a waiter moving up is not woken", "fair_common.lua",

@@ -232,6 +232,7 @@ func (h *semFairHarness) acquireN(t *rapid.T, owner string, n int64, queue bool)
 		latch = a.LatchMs
 	}
 	wasQueued := slices.Contains(h.m.Queue, owner)
+	a.Position = rapid.Bool().Draw(t, "position")
 	mg, mv, merr := h.m.Acquire(h.now, model.SemAcquire{Owner: owner, N: n, Lease: a.LeaseMs, Wait: a.WaitMs,
 		Grace: a.GraceMs, Queue: queue, Request: a.AcquireID, LatchMs: latch})
 	r, err := h.scripts.Acquire(h.ctx, h.rdb, h.k, a)
@@ -245,6 +246,17 @@ func (h *semFairHarness) acquireN(t *rapid.T, owner string, n int64, queue bool)
 		}
 		if mg != r.Granted || mg && mv != got || !mg && !semWithin(h.tol, mv, got) {
 			h.fail(t, "acquire %s n=%d queue=%v: model (%v, %d), redis (%v, %d)", owner, n, queue, mg, mv, r.Granted, got)
+		}
+		if !r.Granted {
+			want := wire.Ahead{Ahead: -1}
+			if a.Position && queue {
+				want = wire.Ahead{Ahead: h.m.Ahead(owner), Joined: h.m.Joined}
+				h.c.positions++
+			}
+			if r.Ahead != want {
+				h.fail(t, "acquire %s n=%d queue=%v position=%v: position %+v, model %+v (queue %v, seqs %v)",
+					owner, n, queue, a.Position, r.Ahead, want, h.m.Queue, h.m.Seqs)
+			}
 		}
 		if !r.Granted && queue && !wasQueued {
 			h.slot[owner] = a.WaitMs
@@ -584,6 +596,7 @@ func walkQueue(f map[string]string) ([]string, map[string]int64, error) {
 	}
 	var queue []string
 	prev := ""
+	var prevSeq, headSeq int64
 	for o := f["h"]; o != ""; o = f["n:"+o] {
 		if _, ok := f["n:"+o]; !ok || f["p:"+o] != prev || len(queue) > len(f) {
 			return nil, nil, fmt.Errorf("broken links at %s: %v", o, f)
@@ -592,6 +605,16 @@ func walkQueue(f map[string]string) ([]string, map[string]int64, error) {
 		if err != nil {
 			return nil, nil, err
 		}
+		seq, err := num("s:" + o)
+		if err != nil {
+			return nil, nil, err
+		}
+		if prev == "" {
+			headSeq = seq
+		} else if seq <= prevSeq {
+			return nil, nil, fmt.Errorf("join sequences do not increase at %s: %v", o, f)
+		}
+		prevSeq = seq
 		d += delta
 		queue = append(queue, o)
 		deadlines[o] = d
@@ -601,8 +624,16 @@ func walkQueue(f map[string]string) ([]string, map[string]int64, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if prev == "" || prev != f["t"] || td != d || len(f) != 4+3*len(queue) {
-		return nil, nil, fmt.Errorf("tail %q (td %d) or fields wrong: %v", f["t"], td, f)
+	hs, err := num("hs")
+	if err != nil {
+		return nil, nil, err
+	}
+	ts, err := num("ts")
+	if err != nil {
+		return nil, nil, err
+	}
+	if prev == "" || prev != f["t"] || td != d || len(f) != 6+4*len(queue) || hs != headSeq || ts != prevSeq {
+		return nil, nil, fmt.Errorf("tail %q (td %d), join sequences or fields wrong: %v", f["t"], td, f)
 	}
 	return queue, deadlines, nil
 }

@@ -113,7 +113,38 @@ func (f *Fair) check(ctx context.Context) error {
 // copy of the request took is given back, in the background),
 // fairlock.ErrClosed after Close, ErrNotSet, ErrTooMany.
 func (f *Fair) Acquire(ctx context.Context, n int, lease time.Duration) (*Permit, error) {
-	return f.acquire(ctx, n, core.Forever, lease)
+	return f.acquire(ctx, n, core.Forever, lease, nil)
+}
+
+// AcquireOptions are the general form of an acquisition (AcquireWith).
+type AcquireOptions struct {
+	// Lease is the explicit lease; 0: the watchdog keeps the permits.
+	Lease time.Duration
+	// Wait bounds the wait in the queue; Forever waits until ctx ends; 0
+	// makes one attempt that never queues.
+	Wait time.Duration
+	// Position, when not nil, is called after every attempt that leaves
+	// the caller queued, with its place: how many requests are ahead of it
+	// (an upper bound when requests ahead of it gave up, see
+	// fairlock.Position), whether it (re)joined the tail, and an estimate
+	// of its wait from the rate at which the queue ahead moved. It runs on
+	// the waiting goroutine, between attempts: it must return quickly.
+	// Asking costs one HMGET in the attempt's script, no round trip.
+	Position func(fairlock.Position)
+}
+
+// Forever, as AcquireOptions.Wait, waits until the permits are granted or
+// ctx ends.
+const Forever = core.Forever
+
+// AcquireWith takes n permits as o says: Acquire and TryAcquire with a
+// queue position callback. It returns a nil Permit and a nil error when
+// o.Wait ran out, and follows Acquire's rules otherwise.
+func (f *Fair) AcquireWith(ctx context.Context, n int, o AcquireOptions) (*Permit, error) {
+	if o.Wait < 0 && o.Wait != Forever {
+		return nil, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, o.Wait)
+	}
+	return f.acquire(ctx, n, o.Wait, o.Lease, o.Position)
 }
 
 // TryAcquire takes n permits, waiting in the queue at most wait (0: one
@@ -124,13 +155,13 @@ func (f *Fair) TryAcquire(ctx context.Context, n int, wait, lease time.Duration)
 	if wait < 0 {
 		return nil, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, wait)
 	}
-	return f.acquire(ctx, n, wait, lease)
+	return f.acquire(ctx, n, wait, lease, nil)
 }
 
 // acquire runs one acquisition on the library's wait loop: a hold whose
 // owner id is fresh ("<client-uuid>:<thread-id>", one per acquisition) and
 // whose engine runs the fair semaphore's scripts.
-func (f *Fair) acquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
+func (f *Fair) acquire(ctx context.Context, n int, wait, lease time.Duration, position func(fairlock.Position)) (*Permit, error) {
 	if err := f.check(ctx); err != nil {
 		return nil, err
 	}
@@ -146,7 +177,7 @@ func (f *Fair) acquire(ctx context.Context, n int, wait, lease time.Duration) (*
 	if err != nil {
 		return nil, err
 	}
-	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token})
+	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token, Position: position})
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -188,6 +219,20 @@ func (e *fairEngine) Try(ctx context.Context, a wire.Args, queue bool) (bool, in
 		return true, r.Token, nil
 	}
 	return false, r.SleepMs, nil
+}
+
+// TryAhead is Try with the caller's queue position (core.AheadTrier).
+func (e *fairEngine) TryAhead(ctx context.Context, a wire.Args) (bool, int64, wire.Ahead, error) {
+	sa := e.args(a)
+	sa.Queue, sa.Position = true, true
+	r, err := e.s.SemFairScripts().Acquire(ctx, e.s.RDB, e.k, sa)
+	if err != nil {
+		return false, 0, wire.Ahead{Ahead: -1}, err
+	}
+	if r.Granted {
+		return true, r.Token, r.Ahead, nil
+	}
+	return false, r.SleepMs, r.Ahead, nil
 }
 
 // GiveUp leaves the queue (sem_fair_leave.lua).

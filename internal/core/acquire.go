@@ -58,6 +58,7 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	if q.expired() {
 		return q.giveUp(nil)
 	}
+	q.pos.report()
 	if m.S.obs != nil {
 		q.waitStarted()
 	}
@@ -76,6 +77,7 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		if q.expired() {
 			return q.giveUp(nil)
 		}
+		q.pos.report()
 		timer.Reset(q.sleepFor(ttl))
 		select {
 		case <-w.C():
@@ -122,6 +124,8 @@ type acquisition struct {
 	ambSince time.Time
 	late     int   // replies that came after the lease they were sent with
 	lastErr  error // the last transient Redis error
+
+	pos *positionTrack // nil: no position callback (position.go)
 
 	// Set only when the session has an observer (observe.go).
 	t0     time.Time  // the call's start
@@ -191,6 +195,9 @@ func (m *Mutex) newAcquisition(ctx context.Context, o AcquireOpts) *acquisition 
 	if m.S.obs != nil {
 		q.t0 = time.Now()
 	}
+	if o.Position != nil && o.Queue {
+		q.pos = &positionTrack{fn: o.Position}
+	}
 	return q
 }
 
@@ -254,10 +261,36 @@ func (q *acquisition) attempt() (bool, int64, error) {
 	// comes back: the current hold is valid no longer than that.
 	m.bound(sent, leaseMs)
 	args := q.a // the call may outlive this attempt: it gets its own copy
-	ok, ttl, err := call2(q.ctx, m.S.how(q.ctx), q.closing, func(ctx context.Context) (bool, int64, error) {
-		return m.E.Try(ctx, args, q.o.Queue)
-	})
+	var ok bool
+	var ttl int64
+	var err error
+	var at AheadTrier
+	if q.pos != nil {
+		at, _ = m.E.(AheadTrier)
+	}
+	if at != nil {
+		type okAhead struct {
+			ok    bool
+			ahead wire.Ahead
+		}
+		var r okAhead
+		r, ttl, err = call2(q.ctx, m.S.how(q.ctx), q.closing, func(ctx context.Context) (okAhead, int64, error) {
+			ok, ttl, ahead, err := at.TryAhead(ctx, args)
+			return okAhead{ok, ahead}, ttl, err
+		})
+		ok = r.ok
+		if err == nil && !ok {
+			q.pos.have, q.pos.ahead, q.pos.at = true, r.ahead, sent
+		}
+	} else {
+		ok, ttl, err = call2(q.ctx, m.S.how(q.ctx), q.closing, func(ctx context.Context) (bool, int64, error) {
+			return m.E.Try(ctx, args, q.o.Queue)
+		})
+	}
 	if (err != nil && !isScriptError(err)) || time.Since(sent) >= m.S.resendAfter {
+		if q.pos != nil {
+			q.pos.lost = true // a copy of the request may reach Redis later and join again
+		}
 		q.suspect = true
 		if q.ambSince.IsZero() {
 			q.ambSince = sent

@@ -120,6 +120,10 @@ type AcquireOpts struct {
 	// Token, when not nil, receives the fencing token of the acquisition
 	// that succeeded (Engine.Try's ttlMs when acquired; 0: none).
 	Token *int64
+	// Position, when not nil and Queue is set, is called on the waiting
+	// goroutine after every attempt that leaves the caller queued, with its
+	// place (engines that are AheadTriers; see Position).
+	Position func(Position)
 }
 
 func canceled(err error) error { return fmt.Errorf("%w: %w", ErrCanceled, err) }

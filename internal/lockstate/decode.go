@@ -134,7 +134,8 @@ func (s *State) redissonQueue(list []string, zset []redis.Z) {
 
 // scalableQueue reads fair.Scalable's linked list (queue_scalable.lua): h
 // and t the head and tail, hd and td their deadlines, n:<o> and p:<o> the
-// links, d:<o> each deadline minus its predecessor's.
+// links, d:<o> each deadline minus its predecessor's. The join sequences
+// (s:<o>, hs, ts) serve only a waiter's position and are not read here.
 func (s *State) scalableQueue(h map[string]string) {
 	num := func(f string) (int64, bool) {
 		n, err := strconv.ParseInt(h[f], 10, 64)

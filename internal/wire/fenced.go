@@ -90,3 +90,34 @@ func (f FairSet) TryLockWaitToken(ctx context.Context, rdb redis.Scripter, k Key
 	acquired, ttlMs, token, err = tokenReply(c.run(ctx, rdb))
 	return acquired, ttlMs, token, acquireErr(err)
 }
+
+// Ahead is a queued caller's place, as fair_try_lock_wait.lua replies it
+// when asked (ARGV 9 "1").
+type Ahead struct {
+	Ahead  int64 // waiters ahead of the caller; -1: unknown
+	Joined bool  // this call put the caller at the tail of the queue
+}
+
+// TryLockWaitAhead is TryLockWaitToken asking for the caller's place too:
+// when not acquired, ahead says how many waiters are ahead of it (see the
+// script: exact on the Redisson engine, an upper bound on the scalable one
+// when waiters ahead gave up). The script runs one command more (LPOS, or
+// one HMGET); the call is the same single round trip.
+func (f FairSet) TryLockWaitAhead(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs, token int64, ahead Ahead, err error) {
+	c := f.set.cmd(FileFairTryLockWait, 8, 9)
+	c.key(k.Name).key(k.Queue).key(k.Timeouts).key(k.ScalableQueue()).key(k.Token()).str(a.acquireLatch(k)).key(k.Channel).key(k.Grace())
+	c.num(a.LeaseMs).key(a.Owner).num(a.WaitMs).now(a.NowMs).num(a.acquireLatchMs()).num(a.GraceMs).key(a.pubCmd()).key(UnlockMessage).key("1")
+	cmd := c.run(ctx, rdb)
+	ahead.Ahead = -1
+	if v, ok := cmd.Val().([]any); ok && cmd.Err() == nil && len(v) == 3 {
+		ttl, ok1 := v[0].(int64)
+		n, ok2 := v[1].(int64)
+		j, ok3 := v[2].(int64)
+		if ok1 && ok2 && ok3 {
+			return false, ttl, 0, Ahead{Ahead: n, Joined: j == 1}, nil
+		}
+		return false, 0, 0, ahead, fmt.Errorf("lua: unexpected acquisition reply %v", v)
+	}
+	acquired, ttlMs, token, err = tokenReply(cmd)
+	return acquired, ttlMs, token, ahead, acquireErr(err)
+}

@@ -170,6 +170,7 @@ type SemArgs struct {
 	ReleaseID string // release: request id, reused on retry; "" for no latch
 	LatchMs   int64  // latch lifetime
 	PubCmd    string // "publish" (default when empty) or "spublish"
+	Position  bool   // acquire: reply the caller's queue position when not granted
 }
 
 func (a SemArgs) pubCmd() string { return pub(a.PubCmd) }
@@ -208,6 +209,9 @@ type SemAcquireResult struct {
 	Granted bool  // the owner holds the permits it asked for
 	Token   int64 // when granted: the grant's fencing token
 	SleepMs int64 // when not: how long to sleep at most before trying again (-1: until woken or a watchdog period)
+	// Ahead, when not granted and SemArgs.Position and Queue were set: the
+	// caller's place (see sem_fair_acquire.lua); Ahead.Ahead -1 otherwise.
+	Ahead Ahead
 }
 
 func (s *SemFairScripts) run(ctx context.Context, rdb redis.Scripter, file string, keys []string, args ...any) *redis.Cmd {
@@ -225,11 +229,17 @@ func (s *SemFairScripts) Acquire(ctx context.Context, rdb redis.Scripter, k SemF
 	if a.Queue {
 		q = 1
 	}
-	c := s.call(FileSemFairAcquire, k, k.AcquireLatch(a.AcquireID), 8)
+	c := s.call(FileSemFairAcquire, k, k.AcquireLatch(a.AcquireID), 9)
 	c.num(a.LeaseMs).str(a.Owner).num(a.Permits).num(a.WaitMs).num(latchMs).num(a.GraceMs).key(a.pubCmd()).num(int64(q))
+	if a.Position {
+		c.key("1")
+	}
 	v, err := c.run(ctx, rdb).Int64Slice()
 	if err != nil {
 		return SemAcquireResult{}, semErr(err)
+	}
+	if len(v) == 4 && v[0] == 0 {
+		return SemAcquireResult{SleepMs: v[1], Ahead: Ahead{Ahead: v[2], Joined: v[3] == 1}}, nil
 	}
 	if len(v) != 2 || (v[0] != 0 && v[0] != 1) {
 		return SemAcquireResult{}, fmt.Errorf("lua: unexpected semaphore acquisition reply %v", v)
@@ -237,7 +247,7 @@ func (s *SemFairScripts) Acquire(ctx context.Context, rdb redis.Scripter, k SemF
 	if v[0] == 1 {
 		return SemAcquireResult{Granted: true, Token: v[1]}, nil
 	}
-	return SemAcquireResult{SleepMs: v[1]}, nil
+	return SemAcquireResult{SleepMs: v[1], Ahead: Ahead{Ahead: -1}}, nil
 }
 
 // Release runs sem_fair_release.lua (reads Owner, ReleaseID, LatchMs,

@@ -155,6 +155,7 @@ const (
 	FileFairUnlock        = "fair_unlock.lua"
 	FileFairForceUnlock   = "fair_force_unlock.lua"
 	FileAbandon           = "abandon.lua"
+	FileFairState         = "fair_state.lua" // read-only, both engines, no prepended parts
 	// FileFencedAcquire is in fenced.go.
 	fileFairCommon    = "fair_common.lua"
 	fileResLock       = "res_lock.lua" // the fair lock's resource, in front of fair_common.lua
@@ -165,7 +166,7 @@ const (
 // Files lists every script, in a fixed order.
 var Files = []string{
 	FileAcquire, FileUnlock, FileForceUnlock, FileRenew, FileAbandon, FileFencedAcquire,
-	FileFairTryLock, FileFairTryLockWait, FileFairAcquireFailed, FileFairUnlock, FileFairForceUnlock,
+	FileFairTryLock, FileFairTryLockWait, FileFairAcquireFailed, FileFairUnlock, FileFairForceUnlock, FileFairState,
 	FileRWReadAcquire, FileRWReadUnlock, FileRWWriteAcquire, FileRWWriteUnlock, FileRWForceUnlock, FileRWRenew,
 }
 
@@ -182,6 +183,9 @@ func Source(file string) string {
 	}
 	if strings.HasPrefix(file, "sem_") {
 		return mustRead(fileSemCommon) + string(body)
+	}
+	if file == FileFairState {
+		return string(body)
 	}
 	if !strings.HasPrefix(file, "fair_") {
 		return mustRead(fileLatchCommon) + string(body)
