@@ -487,3 +487,72 @@ func TestObserverRenewFailed(t *testing.T) {
 		t.Errorf("no RenewFailed before the loss: %v", ev)
 	}
 }
+
+// WaitStarted carries how many waiters were ahead when the wait started
+// (issue 24: the queue's length at join), on both fair engines: waiters
+// queued one by one behind a holder report 0, 1, 2; a reentrant lock's
+// wait reports -1 (no queue).
+func TestObserverWaitStartedAhead(t *testing.T) {
+	for _, eng := range []fair.Engine{fair.Redisson, fair.Scalable} {
+		t.Run(fmt.Sprint(eng), func(t *testing.T) {
+			_, rdb := obsRedis(t)
+			ctx := context.Background()
+			rec := &recorder{}
+			c, err := fairlock.NewClient(rdb, fairlock.WithObserver(rec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			holder, err := fair.New(c, "q", fair.WithEngine(eng), fair.WithThreadID(100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := holder.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			var wg sync.WaitGroup
+			for i := range 3 {
+				m, err := fair.New(c, "q", fair.WithEngine(eng), fair.WithThreadID(int64(i+1)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				wg.Add(1)
+				go func() { defer wg.Done(); _ = m.Lock(wctx) }()
+				rec.await(t, "q", m.Owner(), fairlock.WaitStarted)
+				for _, e := range rec.events() {
+					if e.Kind == fairlock.WaitStarted && e.Name == "q" && e.Owner == m.Owner() && e.Ahead != i {
+						t.Errorf("waiter %d: WaitStarted Ahead %d, want %d", i, e.Ahead, i)
+					}
+				}
+			}
+			cancel()
+			wg.Wait()
+			// a reentrant lock has no queue
+			r, err := reentrant.New(c, "plain", fairlock.WithThreadID(100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			r2, err := reentrant.New(c, "plain", fairlock.WithThreadID(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ok, err := r2.TryLockFor(ctx, 200*time.Millisecond, 0)
+			if err != nil || ok {
+				t.Fatalf("TryLockFor: %v %v", ok, err)
+			}
+			for _, e := range rec.events() {
+				if e.Kind == fairlock.WaitStarted && e.Name == "plain" && e.Ahead != -1 {
+					t.Errorf("reentrant WaitStarted Ahead %d, want -1", e.Ahead)
+				}
+			}
+			if rec.count("plain", r2.Owner(), fairlock.WaitStarted) != 1 {
+				t.Errorf("reentrant: no WaitStarted")
+			}
+		})
+	}
+}

@@ -60,6 +60,9 @@ func (s *Slog) Observe(e fairlock.Event) {
 	attrs = append(attrs, slog.String("lock", e.Name), slog.String("owner", e.Owner), slog.String("kind", e.LockKind))
 	switch e.Kind {
 	case fairlock.WaitStarted:
+		if e.Ahead >= 0 {
+			attrs = append(attrs, slog.Int("ahead", e.Ahead))
+		}
 	case fairlock.Granted:
 		attrs = append(attrs, slog.Duration("duration", e.Duration), slog.Bool("waited", e.Waited), slog.Bool("reentry", e.Reentry))
 	default:

@@ -9,6 +9,9 @@
 //     at its grant (outcome=granted) or when it gave up (outcome=gave_up);
 //   - fairlock.hold.duration (histogram, s): each hold, at its end
 //     (outcome=released or lost or closed);
+//   - fairlock.wait.ahead (histogram): on a fair lock or the fair
+//     semaphore, how many waiters were ahead of a wait when it started (the
+//     queue's length at join, less one);
 //   - fairlock.waiting and fairlock.held (up-down counters): waits and holds
 //     in progress;
 //   - fairlock.renew.failures, fairlock.alerts (alert=long_wait or
@@ -30,6 +33,7 @@ type Observer struct {
 	names func(string) string
 
 	wait, hold    metric.Float64Histogram
+	ahead         metric.Int64Histogram
 	waiting, held metric.Int64UpDownCounter
 	renew, alerts metric.Int64Counter
 	dropped       metric.Int64Counter
@@ -57,6 +61,9 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 	err = errors.Join(err, e)
 	o.hold, e = meter.Float64Histogram("fairlock.hold.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long holds lasted, first grant to release or loss."))
+	err = errors.Join(err, e)
+	o.ahead, e = meter.Int64Histogram("fairlock.wait.ahead", metric.WithUnit("{waiter}"),
+		metric.WithDescription("Waiters ahead of a fair wait when it started (the queue's length at join, less one)."))
 	err = errors.Join(err, e)
 	o.waiting, e = meter.Int64UpDownCounter("fairlock.waiting", metric.WithDescription("Acquisitions waiting."))
 	err = errors.Join(err, e)
@@ -92,6 +99,9 @@ func (o *Observer) Observe(e fairlock.Event) {
 	switch e.Kind {
 	case fairlock.WaitStarted:
 		o.waiting.Add(ctx, 1, set)
+		if e.Ahead >= 0 {
+			o.ahead.Record(ctx, int64(e.Ahead), set)
+		}
 	case fairlock.Granted:
 		if e.Waited {
 			o.waiting.Add(ctx, -1, set)

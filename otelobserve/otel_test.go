@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/otelobserve"
 	"github.com/fairlock-go/fairlock/reentrant"
 )
@@ -130,5 +131,63 @@ func checkName(t *testing.T, named bool, metric string, s attribute.Set) {
 	}
 	if k, _ := s.Value("lock.kind"); k.AsString() != "reentrant" {
 		t.Errorf("%s: lock.kind %q", metric, k.AsString())
+	}
+}
+
+// A fair wait records how many waiters were ahead of it when it started:
+// two waiters queued one after the other behind a holder record 0 and 1.
+func TestWaitAhead(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+	o, err := otelobserve.New(meter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	defer rdb.Close()
+	c, err := fairlock.NewClient(rdb, fairlock.WithObserver(o))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	holder, _ := fair.New(c, "seat", fairlock.WithThreadID(9))
+	if err := holder.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{}, 2)
+	for i := range 2 {
+		m, _ := fair.New(c, "seat", fairlock.WithThreadID(int64(i+1)))
+		go func() { _ = m.Lock(wctx); done <- struct{}{} }()
+		for deadline := time.Now().Add(15 * time.Second); waiting(t, reader) != int64(i+1); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waiter %d was not seen waiting within 15s", i)
+			}
+		}
+	}
+	stop()
+	<-done
+	<-done
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if d, ok := m.Data.(metricdata.Histogram[int64]); ok && m.Name == "fairlock.wait.ahead" {
+				for _, p := range d.DataPoints {
+					found = true
+					if p.Count != 2 || p.Sum != 1 {
+						t.Errorf("fairlock.wait.ahead: count %d sum %d, want 2 and 1 (0 then 1 ahead)", p.Count, p.Sum)
+					}
+				}
+			}
+		}
+	}
+	if !found {
+		t.Error("no fairlock.wait.ahead recorded")
 	}
 }

@@ -145,7 +145,12 @@ type waitAlert struct {
 func (q *acquisition) waitStarted() {
 	m := q.m
 	q.waited = true
-	m.S.obs.emit(m.event(WaitStarted, 0, nil))
+	e := m.event(WaitStarted, 0, nil)
+	e.Ahead = -1
+	if q.pos != nil {
+		e.Ahead = q.pos.first
+	}
+	m.S.obs.emit(e)
 	if d := m.S.Config.LongWait; d > 0 {
 		al := &waitAlert{}
 		q.alert = al
@@ -195,8 +200,10 @@ func (m *Mutex) newAcquisition(ctx context.Context, o AcquireOpts) *acquisition 
 	if m.S.obs != nil {
 		q.t0 = time.Now()
 	}
-	if o.Position != nil && o.Queue {
-		q.pos = &positionTrack{fn: o.Position}
+	if o.Queue && (o.Position != nil || m.S.obs != nil) {
+		// an observer gets the position at the start of a wait
+		// (WaitStarted's Ahead) without a callback
+		q.pos = &positionTrack{fn: o.Position, first: -1}
 	}
 	return q
 }

@@ -77,6 +77,12 @@ type Event struct {
 	Reentry  bool   // Granted: a re-entry of a current hold
 	Err      error  // Lost, RenewFailed, WaitEnded
 	Dropped  uint64 // EventsDropped
+	// Ahead (WaitStarted on a fair lock or the fair semaphore): how many
+	// waiters were ahead of this one when its wait started, read by the
+	// attempt that queued it (so the queue's length at join is Ahead + 1
+	// when it joined at the tail); -1 when unknown (another lock kind, or
+	// a queue that cannot tell: see Position.Ahead).
+	Ahead int
 }
 
 // obsBuffer is how many events wait for the observer before new ones are

@@ -48,8 +48,9 @@ const etaWindow = 8
 
 // positionTrack is one acquisition's position reporting.
 type positionTrack struct {
-	fn      func(Position)
-	have    bool // an answered attempt left the waiter queued: ahead is set
+	fn      func(Position) // nil: none (the track serves an observer only)
+	first   int            // the first position reported (-1: none yet)
+	have    bool           // an answered attempt left the waiter queued: ahead is set
 	ahead   wire.Ahead
 	at      time.Time
 	lost    bool // an attempt of this call went unanswered: a copy may join again later
@@ -67,6 +68,12 @@ func (p *positionTrack) report() {
 		return
 	}
 	p.have = false
+	if p.fn == nil {
+		if p.first < 0 {
+			p.first = int(p.ahead.Ahead)
+		}
+		return
+	}
 	pos := Position{Ahead: int(p.ahead.Ahead), Joined: p.ahead.Joined || p.lost, At: p.at}
 	// the rate is measured since the waiter's current place began: a join
 	// (or anything that moved it back) starts the samples again
@@ -84,6 +91,9 @@ func (p *positionTrack) report() {
 		if moved, d := oldest.a-pos.Ahead, pos.At.Sub(oldest.t); moved > 0 && d > 0 {
 			pos.ETA = time.Duration(float64(d) * float64(pos.Ahead+1) / float64(moved))
 		}
+	}
+	if p.first < 0 {
+		p.first = pos.Ahead
 	}
 	p.fn(pos)
 }
