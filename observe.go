@@ -80,3 +80,17 @@ func WithLongWaitAlert(d time.Duration) Option { return func(c *core.Config) { c
 // per hold only when this is set and an observer is set. 0, the default,
 // turns it off.
 func WithLongHoldAlert(d time.Duration) Option { return func(c *core.Config) { c.LongHold = d } }
+
+// Tracer starts a span around each acquisition (op "acquire": every Lock,
+// TryLock, TryLockFor, Acquire) and each release (op "release": Unlock,
+// Release) of a client's locks, with the caller's ctx; the call runs on the
+// ctx Start returns, so the Redis commands of a traced go-redis client nest
+// under the span. Package otelobserve has an OpenTelemetry one.
+type Tracer = core.Tracer
+
+// Span says what a span is about: Op, the lock's Name, Owner and LockKind.
+type Span = core.Span
+
+// WithTracer makes the client start a span around each acquisition and
+// release through t (nil: none, the default, at no cost).
+func WithTracer(t Tracer) Option { return func(c *core.Config) { c.Tracer = t } }

@@ -16,6 +16,9 @@
 //     in progress;
 //   - fairlock.renew.failures, fairlock.alerts (alert=long_wait or
 //     long_hold) and fairlock.events.dropped (counters).
+//
+// NewTracer makes a fairlock.Tracer (fairlock.WithTracer) that records a
+// span around each acquisition and release.
 package otelobserve
 
 import (

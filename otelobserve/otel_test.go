@@ -9,8 +9,11 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
@@ -189,5 +192,70 @@ func TestWaitAhead(t *testing.T) {
 	}
 	if !found {
 		t.Error("no fairlock.wait.ahead recorded")
+	}
+}
+
+// Each acquisition and release is a span under the caller's, with its
+// outcome; a failed release is an error span, a wait that ran out is not.
+func TestTracerSpans(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	rdb := redis.NewClient(&redis.Options{Addr: miniredis.RunT(t).Addr()})
+	defer rdb.Close()
+	c, err := fairlock.NewClient(rdb, fairlock.WithTracer(otelobserve.NewTracer(tp)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
+	a, _ := fair.New(c, "seat:1", fairlock.WithThreadID(1))
+	b, _ := fair.New(c, "seat:1", fairlock.WithThreadID(2))
+	if err := a.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.TryLockFor(ctx, 50*time.Millisecond, 0); ok || err != nil {
+		t.Fatalf("TryLockFor: %v %v", ok, err)
+	}
+	if err := b.Unlock(ctx); err == nil {
+		t.Fatal("a non-owner's Unlock succeeded")
+	}
+	if err := a.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	parent.End()
+	type want struct {
+		name     string
+		acquired bool
+		status   codes.Code
+	}
+	wants := []want{{"fairlock.acquire", true, codes.Unset}, {"fairlock.acquire", false, codes.Unset},
+		{"fairlock.release", false, codes.Error}, {"fairlock.release", true, codes.Unset}}
+	var got []tracetest.SpanStub
+	for _, s := range exp.GetSpans() {
+		if s.Name != "request" {
+			got = append(got, s)
+		}
+	}
+	if len(got) != len(wants) {
+		t.Fatalf("%d lock spans, want %d", len(got), len(wants))
+	}
+	for i, w := range wants {
+		s := got[i]
+		acq := false
+		name := ""
+		for _, kv := range s.Attributes {
+			switch kv.Key {
+			case "lock.acquired":
+				acq = kv.Value.AsBool()
+			case "lock.name":
+				name = kv.Value.AsString()
+			}
+		}
+		if s.Name != w.name || acq != w.acquired || s.Status.Code != w.status || name != "seat:1" {
+			t.Errorf("span %d: %s acquired=%v status=%v name=%q, want %+v", i, s.Name, acq, s.Status.Code, name, w)
+		}
+		if s.Parent.SpanID() != parent.SpanContext().SpanID() {
+			t.Errorf("span %d is not a child of the caller's span", i)
+		}
 	}
 }

@@ -29,6 +29,16 @@ import (
 // that then runs in the background is done: the handle's next acquisition
 // waits for it, and Close waits for it (bounded by CleanupTime).
 func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
+	if t := m.S.Config.Tracer; t != nil && ctx != nil {
+		sctx, end := t.Start(ctx, m.span("acquire"))
+		ok, err := m.acquire(sctx, o)
+		end(ok, err)
+		return ok, err
+	}
+	return m.acquire(ctx, o)
+}
+
+func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	if ctx == nil {
 		return false, errNilCtx
 	}

@@ -23,6 +23,7 @@ type Config struct {
 	Observer Observer      // receives the locks' events (observe.go); nil: none, and no cost
 	LongWait time.Duration // report a wait lasting this long (LongWait event); 0: off
 	LongHold time.Duration // report a hold lasting this long (LongHold event); 0: off
+	Tracer   Tracer        // starts a span around each acquisition and release (trace.go); nil: none, and no cost
 
 	// Set only by tests, through the options below, when the client is
 	// made; never changed on a live session.

@@ -21,6 +21,16 @@ const unlockRetries = 3
 // returns ErrNotHeld when the owner does not hold the lock, and changes
 // nothing then.
 func (m *Mutex) Unlock(ctx context.Context) error {
+	if t := m.S.Config.Tracer; t != nil && ctx != nil {
+		sctx, end := t.Start(ctx, m.span("release"))
+		err := m.unlock(sctx)
+		end(err == nil, err)
+		return err
+	}
+	return m.unlock(ctx)
+}
+
+func (m *Mutex) unlock(ctx context.Context) error {
 	if ctx == nil {
 		return errNilCtx
 	}
