@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fair"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/reentrant"
 )
 
@@ -552,6 +553,74 @@ func TestObserverWaitStartedAhead(t *testing.T) {
 			}
 			if rec.count("plain", r2.Owner(), fairlock.WaitStarted) != 1 {
 				t.Errorf("reentrant: no WaitStarted")
+			}
+		})
+	}
+}
+
+// A grant that followed a release's wake-up reports its handoff (issue 24:
+// handoff latency): above zero and within the wait; a grant at the first
+// attempt reports none.
+func TestObserverHandoff(t *testing.T) {
+	for _, eng := range []fair.Engine{fair.Redisson, fair.Scalable} {
+		t.Run(fmt.Sprint(eng), func(t *testing.T) {
+			_, rdb := obsRedis(t)
+			ctx := context.Background()
+			rec := &recorder{}
+			c, err := fairlock.NewClient(rdb, fairlock.WithObserver(rec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			holder, _ := fair.New(c, "h", fair.WithEngine(eng), fair.WithThreadID(1))
+			waiter, _ := fair.New(c, "h", fair.WithEngine(eng), fair.WithThreadID(2))
+			if err := holder.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan error, 1)
+			go func() { got <- waiter.Lock(ctx) }()
+			// the release must wake the waiter: wait until it listens
+			ch := wire.KeysFor("h").WaiterChannel(waiter.Owner())
+			for deadline := time.Now().Add(15 * time.Second); rdb.PubSubNumSub(ctx, ch).Val()[ch] == 0; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the waiter did not subscribe within 15s")
+				}
+			}
+			if err := holder.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+			rec.await(t, "h", waiter.Owner(), fairlock.Granted)
+			if err := waiter.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := holder.Lock(ctx); err != nil { // free: the first attempt
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(15 * time.Second); rec.count("h", holder.Owner(), fairlock.Granted) < 2; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the holder's second grant was not reported within 15s")
+				}
+			}
+			var grants []fairlock.Event
+			for _, e := range rec.events() {
+				if e.Kind == fairlock.Granted {
+					grants = append(grants, e)
+				}
+			}
+			if len(grants) != 3 {
+				t.Fatalf("%d grants, want 3", len(grants))
+			}
+			if w := grants[1]; !w.Waited || w.Handoff <= 0 || w.Handoff > w.Duration {
+				t.Errorf("the waiter's grant: waited %v, handoff %v, duration %v: want a handoff in (0, duration]", w.Waited, w.Handoff, w.Duration)
+			}
+			if g := grants[0]; g.Handoff != 0 {
+				t.Errorf("a grant at the first attempt reports a handoff %v", g.Handoff)
+			}
+			if g := grants[2]; g.Handoff != 0 {
+				t.Errorf("a grant at the first attempt reports a handoff %v", g.Handoff)
 			}
 		})
 	}

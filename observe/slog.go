@@ -65,6 +65,9 @@ func (s *Slog) Observe(e fairlock.Event) {
 		}
 	case fairlock.Granted:
 		attrs = append(attrs, slog.Duration("duration", e.Duration), slog.Bool("waited", e.Waited), slog.Bool("reentry", e.Reentry))
+		if e.Handoff > 0 {
+			attrs = append(attrs, slog.Duration("handoff", e.Handoff))
+		}
 	default:
 		attrs = append(attrs, slog.Duration("duration", e.Duration))
 	}

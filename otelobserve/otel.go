@@ -9,6 +9,8 @@
 //     at its grant (outcome=granted) or when it gave up (outcome=gave_up);
 //   - fairlock.hold.duration (histogram, s): each hold, at its end
 //     (outcome=released or lost or closed);
+//   - fairlock.handoff.duration (histogram, s): a grant that followed a
+//     release's wake-up, from the wake-up to the grant;
 //   - fairlock.wait.ahead (histogram): on a fair lock or the fair
 //     semaphore, how many waiters were ahead of a wait when it started (the
 //     queue's length at join, less one);
@@ -36,6 +38,7 @@ type Observer struct {
 	names func(string) string
 
 	wait, hold    metric.Float64Histogram
+	handoff       metric.Float64Histogram
 	ahead         metric.Int64Histogram
 	waiting, held metric.Int64UpDownCounter
 	renew, alerts metric.Int64Counter
@@ -64,6 +67,9 @@ func New(meter metric.Meter, opts ...Option) (*Observer, error) {
 	err = errors.Join(err, e)
 	o.hold, e = meter.Float64Histogram("fairlock.hold.duration", metric.WithUnit("s"),
 		metric.WithDescription("How long holds lasted, first grant to release or loss."))
+	err = errors.Join(err, e)
+	o.handoff, e = meter.Float64Histogram("fairlock.handoff.duration", metric.WithUnit("s"),
+		metric.WithDescription("Grants that followed a release's wake-up: from the wake-up to the grant."))
 	err = errors.Join(err, e)
 	o.ahead, e = meter.Int64Histogram("fairlock.wait.ahead", metric.WithUnit("{waiter}"),
 		metric.WithDescription("Waiters ahead of a fair wait when it started (the queue's length at join, less one)."))
@@ -109,6 +115,9 @@ func (o *Observer) Observe(e fairlock.Event) {
 		if e.Waited {
 			o.waiting.Add(ctx, -1, set)
 			o.wait.Record(ctx, e.Duration.Seconds(), with("outcome", "granted"))
+			if e.Handoff > 0 {
+				o.handoff.Record(ctx, e.Handoff.Seconds(), set)
+			}
 		}
 		if !e.Reentry {
 			o.held.Add(ctx, 1, set)

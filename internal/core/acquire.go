@@ -91,7 +91,11 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		timer.Reset(q.sleepFor(ttl))
 		select {
 		case <-w.C():
+			if m.S.obs != nil {
+				q.woke = time.Now()
+			}
 		case <-timer.C:
+			q.woke = time.Time{}
 		case <-ctx.Done():
 			return q.giveUp(nil)
 		case <-q.closing:
@@ -140,6 +144,7 @@ type acquisition struct {
 	// Set only when the session has an observer (observe.go).
 	t0     time.Time  // the call's start
 	waited bool       // WaitStarted was reported
+	woke   time.Time  // the wake-up before the current attempt (zero: none)
 	alert  *waitAlert // the LongWait timer; nil: none
 }
 

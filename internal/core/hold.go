@@ -41,6 +41,9 @@ func (m *Mutex) granted(sent time.Time, leaseMs int64, watchdogKept bool, q *acq
 		q.waitOver()
 		e := m.event(Granted, time.Since(q.t0), nil)
 		e.Waited, e.Reentry = q.waited, reentry
+		if !q.woke.IsZero() {
+			e.Handoff = time.Since(q.woke)
+		}
 		m.S.obs.emit(e)
 	}
 	m.holds++

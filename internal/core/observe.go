@@ -83,6 +83,11 @@ type Event struct {
 	// when it joined at the tail); -1 when unknown (another lock kind, or
 	// a queue that cannot tell: see Position.Ahead).
 	Ahead int
+	// Handoff (Granted after a wait): the time from the wake-up that
+	// preceded the grant (the release's message, as this waiter got it) to
+	// the grant; 0 when the grant did not follow a wake-up (the first
+	// attempt, or a poll when its sleep ended).
+	Handoff time.Duration
 }
 
 // obsBuffer is how many events wait for the observer before new ones are
