@@ -247,12 +247,27 @@ func openFairlockEngine(engine fair.Engine) func(e *env) (client, error) {
 	}
 }
 
-// scalableQueued counts the waiters of the scalable engine's queue hash:
-// four fields (h, t, hd, td) plus three per waiter (n:, p:, d:).
+// scalableQueued counts the waiters of the scalable engine's queue hash.
 func scalableQueued(ctx context.Context, admin *redis.Client, name string) (int64, error) {
-	n, err := admin.HLen(ctx, wire.KeysFor(name).ScalableQueue()).Result()
+	return hashQueueLen(ctx, admin, wire.KeysFor(name).ScalableQueue())
+}
+
+// hashQueueLen counts the waiters of a scalable queue hash (the fair lock's
+// scalable engine, the fair semaphore) by its field count, as the scripts'
+// q_length does: six end fields (h, t, hd, td, hs, ts) plus four per waiter
+// (n:, p:, d:, s:); a queue written without join sequences (no ts), four
+// plus three.
+func hashQueueLen(ctx context.Context, admin *redis.Client, key string) (int64, error) {
+	n, err := admin.HLen(ctx, key).Result()
 	if err != nil || n == 0 {
 		return 0, err
+	}
+	seqs, err := admin.HExists(ctx, key, "ts").Result()
+	if err != nil {
+		return 0, err
+	}
+	if seqs {
+		return (n - 6) / 4, nil
 	}
 	return (n - 4) / 3, nil
 }

@@ -118,13 +118,9 @@ func (m *semMutex) unlock(ctx context.Context) error {
 }
 
 // semQueued counts the waiters of the fair semaphore's queue, the scalable
-// engine's hash (four fields plus three per waiter, as scalableQueued).
+// engine's hash (hashQueueLen).
 func semQueued(ctx context.Context, admin *redis.Client, name string) (int64, error) {
-	n, err := admin.HLen(ctx, wire.SemFairKeysFor(name).Queue).Result()
-	if err != nil || n == 0 {
-		return 0, err
-	}
-	return (n - 4) / 3, nil
+	return hashQueueLen(ctx, admin, wire.SemFairKeysFor(name).Queue)
 }
 
 // ---- results
