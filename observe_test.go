@@ -489,6 +489,19 @@ func TestObserverRenewFailed(t *testing.T) {
 	}
 }
 
+// observedClient is a client on a fresh miniredis, reporting to a recorder.
+func observedClient(t *testing.T) (*redis.Client, *fairlock.Client, *recorder) {
+	t.Helper()
+	_, rdb := obsRedis(t)
+	rec := &recorder{}
+	c, err := fairlock.NewClient(rdb, fairlock.WithObserver(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return rdb, c, rec
+}
+
 // WaitStarted carries how many waiters were ahead when the wait started
 // (issue 24: the queue's length at join), on both fair engines: waiters
 // queued one by one behind a holder report 0, 1, 2; a reentrant lock's
@@ -496,14 +509,8 @@ func TestObserverRenewFailed(t *testing.T) {
 func TestObserverWaitStartedAhead(t *testing.T) {
 	for _, eng := range []fair.Engine{fair.Redisson, fair.Scalable} {
 		t.Run(fmt.Sprint(eng), func(t *testing.T) {
-			_, rdb := obsRedis(t)
+			_, c, rec := observedClient(t)
 			ctx := context.Background()
-			rec := &recorder{}
-			c, err := fairlock.NewClient(rdb, fairlock.WithObserver(rec))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Close() })
 			holder, err := fair.New(c, "q", fair.WithEngine(eng), fair.WithThreadID(100))
 			if err != nil {
 				t.Fatal(err)
@@ -564,14 +571,8 @@ func TestObserverWaitStartedAhead(t *testing.T) {
 func TestObserverHandoff(t *testing.T) {
 	for _, eng := range []fair.Engine{fair.Redisson, fair.Scalable} {
 		t.Run(fmt.Sprint(eng), func(t *testing.T) {
-			_, rdb := obsRedis(t)
+			rdb, c, rec := observedClient(t)
 			ctx := context.Background()
-			rec := &recorder{}
-			c, err := fairlock.NewClient(rdb, fairlock.WithObserver(rec))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Close() })
 			holder, _ := fair.New(c, "h", fair.WithEngine(eng), fair.WithThreadID(1))
 			waiter, _ := fair.New(c, "h", fair.WithEngine(eng), fair.WithThreadID(2))
 			if err := holder.Lock(ctx); err != nil {
