@@ -121,14 +121,18 @@ func (h *hold) expire() {
 // a hold whose lease simply ran out is not released before its lease, as
 // Redis would not have expired it sooner.
 func (m *Mutex) giveBackLocked(leaseMs int64, from time.Time) {
-	m.giveBackFrom(m.unlockArgs(leaseMs), from, nil)
+	m.giveBackFrom(m.unlockArgs(leaseMs), from, nil, allCounts)
 }
 
-// giveBackFrom is giveBackLocked with the first unlock's arguments a. When
-// h is not nil, a confirmed release of it withdraws its loss (released).
-func (m *Mutex) giveBackFrom(a wire.Args, from time.Time, h *hold) {
+// allCounts is giveBackFrom's "every count": a bound, not a limit met in
+// practice.
+const allCounts = 1 << 16
+
+// giveBackFrom is giveBackLocked with the first unlock's arguments a,
+// releasing at most most counts. When h is not nil, a confirmed release of
+// it withdraws its loss (released).
+func (m *Mutex) giveBackFrom(a wire.Args, from time.Time, h *hold, most int) {
 	cfg := &m.S.Config
-	const most = 1 << 16 // counts released at most: a bound, not a limit met in practice
 	n := 0
 	work := func(ctx context.Context) error {
 		if d := time.Until(from); d > 0 {

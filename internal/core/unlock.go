@@ -97,20 +97,11 @@ func (m *Mutex) unconfirmed(h *hold, a wire.Args, cause error) {
 	}
 	if m.holds > 1 {
 		m.holds--
-		until := time.Now().Add(max(m.S.Config.Lease, m.S.Config.LatchTTL))
-		m.settling = append(m.settling, m.S.runCleanup(until, false, func(ctx context.Context) error {
-			a.NowMs = m.S.WallMs()
-			ua := a
-			_, err := call(ctx, func(ctx context.Context) (wire.UnlockResult, error) { return m.E.Unlock(ctx, ua) })
-			if err != nil && !permanent(err) {
-				return err
-			}
-			return nil
-		}))
+		m.giveBackFrom(a, time.Now(), nil, 1)
 		return
 	}
 	m.endLocked(h, fmt.Errorf("%w: %q: the unlock was not confirmed (%w); the release is retried in the background", ErrLost, m.Keys.Name, cause))
-	m.giveBackFrom(a, time.Now(), h)
+	m.giveBackFrom(a, time.Now(), h, allCounts)
 }
 
 // unlockDone reports a loss of h held back while this unlock was in flight
