@@ -29,7 +29,11 @@ func TestUnconfirmedUnlockStopsRenewingAndIsRetried(t *testing.T) {
 			p := faultproxy.Start(t, b.Addr)
 			rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
 			t.Cleanup(func() { _ = rdb.Close() })
-			const lease = 10 * time.Second
+			// The watchdog's lease (renewed every 10 s): long enough that the key
+			// cannot expire by itself before the background release reaches it on
+			// a loaded machine (an expiry is no confirmed release, and the loss
+			// would rightly stay).
+			const lease = 30 * time.Second
 			c := newClient(t, rdb, fairlock.WithLease(lease), fairlock.WithCleanupTimeout(time.Second))
 			m := newMutex(t, c, name, e.opt)
 			other := newMutex(t, newClient(t, b.Client(t)), name, e.opt)

@@ -29,7 +29,11 @@ func TestUnconfirmedReleaseStopsRenewingAndIsRetried(t *testing.T) {
 	p := faultproxy.Start(t, b.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	const lease = 10 * time.Second // the watchdog's lease: renewed every 3.3 s
+	// The watchdog's lease (renewed every 10 s): long enough that the key
+	// cannot expire by itself before the background release reaches it on
+	// a loaded machine (an expiry is no confirmed release, and the loss
+	// would rightly stay).
+	const lease = 30 * time.Second
 	c, err := fairlock.NewClient(rdb, fairlock.WithLease(lease), fairlock.WithCleanupTimeout(time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
