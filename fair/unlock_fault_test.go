@@ -2,6 +2,7 @@ package fair_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,6 +61,70 @@ func TestUnconfirmedUnlockStopsRenewingAndIsRetried(t *testing.T) {
 			require.NoError(t, other.Unlock(ctx))
 			assert.Eventually(t, func() bool { return m.Err() == nil }, 30*time.Second, 10*time.Millisecond,
 				"the background release was confirmed: the loss is withdrawn")
+		})
+	}
+}
+
+// Two unconfirmed Unlocks of one hold (two counts), confirmed out of order:
+// the second reached Redis first (one count of two, its reply lost), then
+// the first one's background retry freed the lock. That retry is the hold's
+// confirmed release, so the loss reported at the second Unlock is withdrawn,
+// though the second's own retry then finds the lock free.
+func TestUnconfirmedUnlocksConfirmedOutOfOrder(t *testing.T) {
+	redistest.Long(t)
+	for _, e := range engineCases {
+		t.Run(e.name, func(t *testing.T) {
+			b := redistest.Real(t)
+			ctx := testCtx(t)
+			name := redistest.Prefix(t) + "lock"
+			p := faultproxy.Start(t, b.Addr)
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+			t.Cleanup(func() { _ = rdb.Close() })
+			c := newClient(t, rdb, fairlock.WithLease(30*time.Second), fairlock.WithCleanupTimeout(time.Second))
+			m := newMutex(t, c, name, e.opt)
+			other := newMutex(t, newClient(t, b.Client(t)), name, e.opt)
+
+			// Once through, so that Redis knows the unlock script (a first
+			// EVALSHA's NOSCRIPT reply would be held back below).
+			require.NoError(t, m.Lock(ctx))
+			require.NoError(t, m.Unlock(ctx))
+			require.NoError(t, m.Lock(ctx))
+			require.NoError(t, m.Lock(ctx))
+			undoCut := p.Cut() // the first Unlock never reaches Redis
+			uctx, cancel := context.WithTimeout(ctx, time.Second)
+			require.Error(t, m.Unlock(uctx))
+			cancel()
+			// Its background retries back off (0.1, 0.2, 0.4, 0.8, 1.6 s...):
+			// the next one after these 2 s comes about a second later, once
+			// the second Unlock has reached Redis.
+			time.Sleep(2 * time.Second)
+			undoCut()
+			// A held-back reply stalls a new connection's handshake: open
+			// connections first, while replies still come.
+			var warm sync.WaitGroup
+			for range 10 {
+				warm.Add(1)
+				go func() { defer warm.Done(); _ = rdb.Ping(ctx).Err() }()
+			}
+			warm.Wait()
+			undoStall := p.StallReplies() // the second reaches Redis, its reply does not come back
+			uctx, cancel = context.WithTimeout(ctx, time.Second)
+			require.Error(t, m.Unlock(uctx))
+			cancel()
+			require.ErrorIs(t, m.Err(), fairlock.ErrLost, "the last count's unlock was not confirmed")
+			// The first Unlock's background retry reaches Redis meanwhile and
+			// frees the lock (its reply held back too).
+			require.Eventually(t, func() bool {
+				ok, err := other.TryLock(ctx)
+				if err != nil || !ok {
+					return false
+				}
+				require.NoError(t, other.Unlock(ctx))
+				return true
+			}, 15*time.Second, 50*time.Millisecond, "the first unlock's retry never freed the lock")
+			undoStall()
+			assert.Eventually(t, func() bool { return m.Err() == nil }, 20*time.Second, 10*time.Millisecond,
+				"the hold's release was confirmed (by the first unlock's retry): the loss is withdrawn")
 		})
 	}
 }

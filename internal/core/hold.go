@@ -129,8 +129,9 @@ func (m *Mutex) giveBackLocked(leaseMs int64, from time.Time) {
 const allCounts = 1 << 16
 
 // giveBackFrom is giveBackLocked with the first unlock's arguments a,
-// releasing at most most counts. When h is not nil, a confirmed release of
-// it withdraws its loss (released).
+// releasing at most most counts. When h is not nil and these counts free
+// the lock in Redis, that is h's confirmed release: it withdraws h's loss
+// once h has ended (a hold still current is left alone).
 func (m *Mutex) giveBackFrom(a wire.Args, from time.Time, h *hold, most int) {
 	cfg := &m.S.Config
 	n := 0
@@ -153,7 +154,9 @@ func (m *Mutex) giveBackFrom(a wire.Args, from time.Time, h *hold, most int) {
 			}
 			if err != nil || res != wire.StillHeld {
 				if err == nil && res == wire.Released && h != nil {
-					m.released(h)
+					m.mu.Lock()
+					m.withdrawLossLocked(h)
+					m.mu.Unlock()
 				}
 				return nil
 			}

@@ -96,8 +96,11 @@ func (m *Mutex) unconfirmed(h *hold, a wire.Args, cause error) {
 		return
 	}
 	if m.holds > 1 {
+		// h is passed on: the background releases of one hold's counts run
+		// side by side, and whichever of them frees the lock in Redis is
+		// the confirmed release of h.
 		m.holds--
-		m.giveBackFrom(a, time.Now(), nil, 1)
+		m.giveBackFrom(a, time.Now(), h, 1)
 		return
 	}
 	m.endLocked(h, fmt.Errorf("%w: %q: the unlock was not confirmed (%w); the release is retried in the background", ErrLost, m.Keys.Name, cause))
@@ -155,6 +158,12 @@ func (m *Mutex) released(h *hold) {
 		m.endLocked(h, nil)
 		return
 	}
+	m.withdrawLossLocked(h)
+}
+
+// withdrawLossLocked withdraws the loss of h, ended before Redis confirmed
+// its release (Err nil). Called with m.mu held.
+func (m *Mutex) withdrawLossLocked(h *hold) {
 	if m.last == h && errors.Is(h.err, ErrLost) {
 		h.err = nil
 		if h.lostPending {
