@@ -292,7 +292,9 @@ local function handoff(caller, head, grace, token_key, latch_prefix)
     local ttl = math.min(lease, 2 * grace)
     q_take(head, slot)
     res_take(head, ttl)
-    redis.call('set', latch, 'granted:' .. token, 'px', latch_ms)
+    -- The latch outlives the grant's TTL: a copy of the request that finds
+    -- the lock still granted must see the latch, or it would re-enter.
+    redis.call('set', latch, 'granted:' .. token, 'px', math.max(latch_ms, ttl))
     redis.call(PUBCMD, CHANNEL .. ':' .. head,
         'g:' .. token .. ':' .. ttl .. ':' .. string.sub(latch, #latch_prefix + 2))
     return true

@@ -242,7 +242,9 @@ func (l *Lock) FairUnlock(server, now int64, owner string, leaseMs int64, reques
 // head's own take would: the head leaves the queue and every remaining
 // deadline drops by the slot it joined with, it holds the lock once, the
 // token is incremented, and its acquisition latch says LatchGranted with
-// that token. The lease is min(its lease, 2 graces): a dead head holds the
+// that token; the latch lives at least the grant's TTL (a copy of the
+// request that finds the lock still granted must see it, or it would
+// re-enter). The lease is min(its lease, 2 graces): a dead head holds the
 // lock no longer than the two graces it would have had as the head of a
 // free lock. The grant is published on the head's channel:
 // "g:<token>:<granted ms>:<request id>". No grant (the head takes the lock
@@ -264,7 +266,7 @@ func (l *Lock) handoff(server int64, caller string, graceMs int64) {
 	ttl := min(n.LeaseMs, 2*graceMs)
 	l.takeOrReenter(server, head, ttl, n.SlotMs)
 	l.Token++
-	l.AcquireLatches[n.RequestID] = AcquireLatch{State: LatchGranted, Token: l.Token, ExpiresAt: server + n.LatchMs}
+	l.AcquireLatches[n.RequestID] = AcquireLatch{State: LatchGranted, Token: l.Token, ExpiresAt: server + max(n.LatchMs, ttl)}
 	l.Published = append(l.Published, Message{Channel: l.names.WaiterChannel(head),
 		Payload: GrantMessage(l.Token, ttl, n.RequestID)})
 }

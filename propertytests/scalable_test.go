@@ -293,7 +293,8 @@ func (h *scHarness) unlock(t *rapid.T, owner string) {
 	// model says so: a grant message): the Redisson engine's waiter takes
 	// it itself, so the head's take runs there now, as its client would
 	// (its request, lease and slot as it joined), and the lock's TTL is set
-	// to the grant's; then both engines must be in the same state again.
+	// to the grant's and its latch's to the grant latch's (at least the
+	// grant's TTL); then both engines must be in the same state again.
 	h.granted = ""
 	for _, msg := range h.m.Published[m0:] {
 		if g, ok := wire.ParseGrant(msg.Payload); ok {
@@ -309,7 +310,9 @@ func (h *scHarness) unlock(t *rapid.T, owner string) {
 			if !ok || tok != g.Token {
 				t.Fatalf("unlock by %s granted %s (token %d); on the Redisson engine its take got (%v, token %d)", owner, head, g.Token, ok, tok)
 			}
-			h.noErr(t, "pexpire", h.rdb.PExpire(h.ctx, h.fk.Name, time.Duration(g.TTLMs)*time.Millisecond).Err())
+			ms := func(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
+			h.noErr(t, "pexpire", h.rdb.PExpire(h.ctx, h.fk.Name, ms(g.TTLMs)).Err(),
+				h.rdb.PExpire(h.ctx, h.fk.AcquireLatch(note.RequestID), ms(max(note.LatchMs, g.TTLMs))).Err())
 		}
 	}
 	h.end(t, "unlock "+owner)
