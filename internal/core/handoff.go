@@ -50,11 +50,23 @@ func (q *acquisition) takeGrant(p string) (bool, error) {
 	}
 	from := q.reqSent
 	until := validity(from, g.TTLMs)
-	if time.Until(until) < time.Duration(g.TTLMs)*time.Millisecond/2 || m.S.ackCanWait() {
-		// Too little left to vouch for (or a replica's acknowledgement
-		// is wanted, which the script path waits for): the script
-		// claims the grant and replies held.
+	enough := func() bool { return time.Until(until) >= time.Duration(g.TTLMs)*time.Millisecond/2 }
+	if !enough() {
+		// Too little left to vouch for: the script claims the grant and
+		// replies held.
 		return false, nil
+	}
+	if m.S.ackCanWait() {
+		// A replica's acknowledgement of the grant (written by the
+		// releaser's script), as after a take (replicas.go).
+		id := q.a.AcquireID
+		q.suspect = true // the grant is the request's: leaving gives it back
+		if err := q.confirm(); err != nil {
+			return false, err
+		}
+		if q.a.AcquireID != id || !enough() {
+			return false, nil // lost during the wait, or too late now
+		}
 	}
 	m.mu.Lock()
 	busy := m.cur != nil
