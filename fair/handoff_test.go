@@ -185,3 +185,52 @@ func TestScalableGiveUpAndGrant(t *testing.T) {
 		assert.Zero(t, n)
 	})
 }
+
+// A waiter whose ctx ends while the release grants it the lock (the two race
+// here, each round) either returns holding the lock or returns the ctx's
+// error and gives the grant back: whichever, the lock never stays with it,
+// and a third handle then takes the lock.
+func TestScalableCancelDuringGrantGivesBack(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		rdb := b.Client(t)
+		name := redistest.Prefix(t) + "lock"
+		opt := fair.WithEngine(fair.Scalable)
+		c := newClient(t, rdb)
+		holder, waiter, third := newMutex(t, c, name, opt), newMutex(t, c, name, opt), newMutex(t, c, name, opt)
+		var got, gaveBack int
+		for i := range 40 {
+			require.NoError(t, holder.Lock(ctx))
+			wctx, cancel := context.WithCancel(ctx)
+			res := make(chan error, 1)
+			go func() { res <- waiter.Lock(wctx) }()
+			engineCases[1].waitQueued(t, rdb, name, 1)
+			if i%2 == 0 {
+				go cancel() // mostly before the release: no grant
+			}
+			require.NoError(t, holder.Unlock(ctx))
+			if i%2 == 1 {
+				cancel() // the grant is made: it races its message
+			}
+			err := <-res
+			cancel()
+			if err == nil {
+				got++
+				require.NoError(t, waiter.Unlock(ctx))
+			} else {
+				gaveBack++
+				require.ErrorIs(t, err, context.Canceled)
+				require.ErrorIs(t, err, fairlock.ErrCanceled)
+			}
+			// Whatever happened, the lock is not left with the waiter:
+			// the third handle takes it (a grant to the waiter given
+			// back is handed on to it, or it finds the lock free).
+			require.NoError(t, third.Lock(ctx))
+			held, err := waiter.IsHeld(ctx)
+			require.NoError(t, err)
+			assert.False(t, held)
+			require.NoError(t, third.Unlock(ctx))
+		}
+		t.Logf("%d rounds returned the lock, %d gave it back", got, gaveBack)
+	})
+}
