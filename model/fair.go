@@ -72,6 +72,12 @@ import (
 // Replies. A queued waiter that did not get the lock is told how long it may
 // sleep: never past the next event that can change its place or free the
 // lock (see FairTryLockWait).
+//
+// Direct handoff (the scalable engine only: Lock.Handoff; issue 23). Its
+// release grants the free lock to the live head itself, doing what the
+// head's take would, and publishes the grant on the head's channel instead
+// of a wake-up (see handoff). The Redisson-compatible engine never does: its
+// release followed by the head's take reaches the same state.
 
 // GraceMargin is how long the head grace key outlives the grace, in ms.
 const GraceMargin int64 = 60_000
