@@ -234,3 +234,63 @@ func TestScalableCancelDuringGrantGivesBack(t *testing.T) {
 		t.Logf("%d rounds returned the lock, %d gave it back", got, gaveBack)
 	})
 }
+
+// holdRenewHook holds back the renew.lua calls a client sends until release
+// is closed (the grant's claim, here).
+type holdRenewHook struct {
+	sha     string
+	release chan struct{}
+}
+
+func (h holdRenewHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h holdRenewHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 1 && cmd.Name() == "evalsha" {
+			if s, _ := a[1].(string); s == h.sha {
+				select {
+				case <-h.release:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h holdRenewHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The validity of a hold taken from a grant message is conservative: until
+// the claim is confirmed it is no later than the start of the waiter's Lock
+// call (its request's first send comes after it) + the granted TTL, whenever
+// the message arrived; the confirmed claim then moves it on.
+func TestScalableGrantValidityIsConservative(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		rdb := b.Client(t)
+		name := redistest.Prefix(t) + "lock"
+		opt := fair.WithEngine(fair.Scalable)
+		grace := time.Second // a grant of 2 s
+		holder := newMutex(t, newClient(t, rdb, fairlock.WithHeadGrace(grace)), name, opt)
+		require.NoError(t, holder.Lock(ctx))
+		waiterRDB := b.Client(t)
+		hook := holdRenewHook{wire.Default().Script(wire.FileRenew).Hash(), make(chan struct{})}
+		waiterRDB.AddHook(hook)
+		waiter := newMutex(t, newClient(t, waiterRDB, fairlock.WithHeadGrace(grace)), name, opt)
+		start := time.Now()
+		res := make(chan error, 1)
+		go func() { res <- waiter.Lock(ctx) }()
+		engineCases[1].waitQueued(t, rdb, name, 1)
+		time.Sleep(200 * time.Millisecond) // the message comes well after the request started
+		require.NoError(t, holder.Unlock(ctx))
+		require.NoError(t, <-res)
+		v := waiter.ValidUntil()
+		assert.False(t, v.After(start.Add(2*grace)), "validity %v after the request's start + the granted TTL", v.Sub(start))
+		assert.True(t, v.After(time.Now()))
+		close(hook.release) // the claim goes through
+		require.Eventually(t, func() bool { return waiter.ValidUntil().After(start.Add(2 * grace)) },
+			10*time.Second, 5*time.Millisecond, "the confirmed claim moves the validity to the full lease")
+		require.NoError(t, waiter.Unlock(ctx))
+	})
+}
