@@ -177,6 +177,10 @@ func (e engine) ForceUnlock(ctx context.Context, a wire.Args) (bool, error) {
 
 func (e engine) WakeChannel(owner string) string { return e.k.WaiterChannel(owner) }
 
+// Handoff: the scalable engine's release grants the lock to the live head
+// directly (core.HandingOff).
+func (e engine) Handoff() bool { return e.set.Handoff() }
+
 // Queued says that the fair lock's acquisitions join the queue (core).
 func (engine) Queued() bool { return true }
 

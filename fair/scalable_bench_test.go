@@ -49,6 +49,11 @@ type benchEngine struct {
 	unlock    func(ctx context.Context, rdb redis.Scripter, k wire.Keys, a wire.Args) (wire.UnlockResult, error)
 	giveUp    func(ctx context.Context, rdb redis.Scripter, k wire.Keys, a wire.Args) error
 	drainPart int // 0: the whole queue
+	// grant: waiters join with an acquisition request (as Lock sends), so
+	// the scalable engine's release grants the lock to the head directly
+	// (issue 23); a handoff is then the release and the head's claim (a
+	// renewal to its lease), not the head's take.
+	grant bool
 }
 
 func benchEngines() []benchEngine {
@@ -57,8 +62,9 @@ func benchEngines() []benchEngine {
 		partial = 0
 	}
 	return []benchEngine{
-		{"redisson", wire.Default().FairTryLockWait, wire.Default().FairUnlock, wire.Default().FairAcquireFailed, partial},
-		{"scalable", wire.ScalableDefault().TryLockWait, wire.ScalableDefault().Unlock, wire.ScalableDefault().AcquireFailed, 0},
+		{"redisson", wire.Default().FairTryLockWait, wire.Default().FairUnlock, wire.Default().FairAcquireFailed, partial, false},
+		{"scalable", wire.ScalableDefault().TryLockWait, wire.ScalableDefault().Unlock, wire.ScalableDefault().AcquireFailed, 0, false},
+		{"scalable-grant", wire.ScalableDefault().TryLockWait, wire.ScalableDefault().Unlock, wire.ScalableDefault().AcquireFailed, 0, true},
 	}
 }
 
@@ -180,8 +186,12 @@ type benchQueue struct {
 
 func (q *benchQueue) args(owner string) wire.Args {
 	q.req++
-	return wire.Args{Owner: owner, LeaseMs: 60_000, WaitMs: benchSlotMs, NowMs: time.Now().UnixMilli(),
+	a := wire.Args{Owner: owner, LeaseMs: 60_000, WaitMs: benchSlotMs, NowMs: time.Now().UnixMilli(),
 		GraceMs: 5000, RequestID: "r" + strconv.Itoa(q.req), LatchMs: 1000}
+	if q.e.grant {
+		a.AcquireID = "a-" + owner
+	}
+	return a
 }
 
 // join queues a fresh waiter and returns its owner id.
@@ -200,6 +210,14 @@ func (q *benchQueue) handoff(holder, head string) {
 	r, err := q.e.unlock(q.ctx, q.rdb, q.k, q.args(holder))
 	if err != nil || r != wire.Released {
 		q.b.Fatalf("unlock by %s: %v, %v", holder, r, err)
+	}
+	if q.e.grant {
+		// the release granted the lock to the head; its client claims it
+		st, err := wire.Default().RenewEach(q.ctx, q.rdb, []string{q.k.Name}, []string{head}, 60_000)
+		if err != nil || len(st) != 1 || st[0] != wire.RenewOK {
+			q.b.Fatalf("head %s was not granted the lock: %v %v", head, st, err)
+		}
+		return
 	}
 	ok, _, err := q.e.tryWait(q.ctx, q.rdb, q.k, q.args(head))
 	if err != nil || !ok {

@@ -245,17 +245,59 @@ end
 
 -- Join at the tail (Redisson's rule): the deadline is the tail's plus the
 -- slot, or now + PTTL + slot when nobody with a deadline is ahead.
-local function join(owner, wait, now)
+-- note: the queue's handoff note for owner (q_note), or nil.
+local function join(owner, wait, now, note)
     local ttl = res_pttl()
     local tail, deadline = q_tail()
     if tail and tail ~= owner and deadline then
         ttl = deadline - now
     end
-    q_append(owner, ttl + wait + now, tail, deadline)
+    q_append(owner, ttl + wait + now, tail, deadline, note)
 end
 
 local function wake(owner)
     redis.call(PUBCMD, CHANNEL .. ':' .. owner, MESSAGE)
+end
+
+-- Direct handoff (issue 23; the scalable engine only: on the Redisson
+-- engine q_grant_note never has a note). A release that leaves the lock
+-- free grants it to the live head (after prune) itself: what the head's own
+-- take would do (leave the queue, every remaining deadline lower by its
+-- slot; the hash owner -> 1; the fencing token INCRed; its acquisition latch
+-- written), with two differences. The lease is min(lease, 2 * grace): a
+-- head that never claims the grant (dead) holds the lock for at most the
+-- two graces the rules give a dead head of a free lock, and then the lock
+-- expires and its successor, woken now as the new head, takes it. The latch
+-- holds 'granted:<token>': a copy of the head's request (its fallback when
+-- the grant message came too late, or a retry) claims the grant once (sets
+-- the full lease) and replies the token, latch_check. The grant is published
+-- on the head's channel: "g:<token>:<granted ms>:<request id>". Not granted
+-- (the head then takes the lock itself, as before): the caller's grace is
+-- off, the head is the caller, joined without a latch (or with one outside
+-- latch_prefix), or its latch exists already (the request was given up:
+-- 'void'), or the token key cannot be INCRed. Returns whether it granted.
+local function handoff(caller, head, grace, token_key, latch_prefix)
+    if not HANDOFF or not head or head == caller or grace <= 0 or not res_free(head) then
+        return false
+    end
+    local lease, slot, latch_ms, latch = q_grant_note(head)
+    if not lease or string.sub(latch, 1, #latch_prefix + 1) ~= latch_prefix .. ':'
+            or redis.call('exists', latch) == 1 then
+        return false
+    end
+    local token = redis.pcall('incr', token_key)
+    if type(token) ~= 'number' then
+        return false
+    end
+    local ttl = math.min(lease, 2 * grace)
+    q_take(head, slot)
+    res_take(head, ttl)
+    -- The latch outlives the grant's TTL: a copy of the request that finds
+    -- the lock still granted must see the latch, or it would re-enter.
+    redis.call('set', latch, 'granted:' .. token, 'px', math.max(latch_ms, ttl))
+    redis.call(PUBCMD, CHANNEL .. ':' .. head,
+        'g:' .. token .. ':' .. ttl .. ':' .. string.sub(latch, #latch_prefix + 2))
+    return true
 end
 
 -- The end of every script that got past its checks: keep the grace key

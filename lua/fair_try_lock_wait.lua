@@ -8,7 +8,9 @@
 -- KEYS[4]  scalable queue "fairlock_squeue:{name}" (not in Redisson)
 -- KEYS[5]  fencing token "redisson_lock_token:{name}" (not in Redisson's
 --          fair lock: its fenced lock's token key, see fair_token)
--- KEYS[6]  acquisition latch (not in Redisson; see latch_common.lua)
+-- KEYS[6]  acquisition latch (not in Redisson; see latch_common.lua; on
+--          the scalable engine a join keeps it, the lease, the slot and
+--          ARGV[5] in the queue for a direct handoff, fair_common.lua)
 -- KEYS[7]  channel prefix "redisson_lock__channel:{name}" (not in Redisson)
 -- KEYS[8]  head grace "fairlock_grace:{name}" (not in Redisson)
 -- ARGV[1]  lease in milliseconds
@@ -42,7 +44,7 @@ local refused = q_refuse(KEYS[1])
 if refused then
     return refused
 end
-local replay = latch_check(KEYS[6], ARGV[5], KEYS[1], owner)
+local replay = latch_check(KEYS[6], ARGV[5], KEYS[1], owner, ARGV[1])
 if replay then
     return replay
 end
@@ -61,7 +63,7 @@ if held then
 end
 local joined = 0
 if not q_queued(owner) then
-    join(owner, wait, now)
+    join(owner, wait, now, q_note(ARGV[1], wait, ARGV[5], KEYS[6]))
     joined = 1
 end
 local sleep = reply(owner, now, grace, finish(owner, head0, second0, false, grace))

@@ -9,6 +9,10 @@
 -- KEYS[5]  unlock latch "redisson_unlock_latch:{name}:<request-id>"
 -- KEYS[6]  scalable queue "fairlock_squeue:{name}" (not in Redisson)
 -- KEYS[7]  head grace "fairlock_grace:{name}" (not in Redisson)
+-- KEYS[8]  scalable engine only: fencing token "redisson_lock_token:{name}"
+-- KEYS[9]  scalable engine only: acquisition latch prefix
+--          "fairlock_acquire_latch:{name}" (the head's latch key, kept in
+--          its queue node, must start with it and ':')
 -- ARGV[1]  unlock message, "0"
 -- ARGV[2]  lease in milliseconds to set when holds remain
 -- ARGV[3]  owner id
@@ -26,7 +30,10 @@
 -- wakes reentrant waiters of the same name (not in Redisson), and wakes the
 -- head of the queue and the waiter behind it (Redisson: the head only),
 -- after giving the head its grace; when this engine has no queue, the other
--- engine's head and second are woken.
+-- engine's head and second are woken. The scalable engine (KEYS[8], KEYS[9]
+-- given, ARGV[7] > 0) instead grants the free lock to the live head directly
+-- and publishes the grant on its channel (handoff in fair_common.lua); the
+-- new first two of the queue are then woken as after the head's own take.
 local lock, latch = KEYS[1], KEYS[5]
 local owner, now, grace = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[7])
 
@@ -64,6 +71,9 @@ elseif redis.call('hexists', lock, owner) == 1 then
 end
 if result ~= 0 and freed then
     redis.call(ARGV[5], KEYS[4], ARGV[1])
+    if KEYS[9] then
+        handoff(owner, q_front(), grace, KEYS[8], KEYS[9])
+    end
 end
 finish(nil, head0, second0, freed, grace)
 return result

@@ -16,6 +16,12 @@
 --   'held:<token>'  the same, for a script that returns a fencing token
 --            (the fenced lock, the fair lock): a later copy replies
 --            {-1, <token>}, the token the first copy got, never a new one;
+--   'granted:<token>'  a release granted the lock to the request's owner
+--            directly (the scalable fair engine's handoff, fair_common.lua):
+--            the first copy that comes while the owner holds the lock claims
+--            the grant (sets the lock's TTL to the copy's lease) and the
+--            latch becomes 'held:<token>'; it replies as 'held:<token>'
+--            does. Never a second hold.
 --   'void'   the caller gave up on the request (abandon.lua; 'void:held'
 --            when a copy had taken the lock, which the caller gives back):
 --            a late copy does nothing at all (it neither takes the lock nor
@@ -28,11 +34,15 @@ local function latch_token(state)
     if type(state) == 'string' and string.sub(state, 1, 5) == 'held:' then
         return tonumber(string.sub(state, 6))
     end
+    if type(state) == 'string' and string.sub(state, 1, 8) == 'granted:' then
+        return tonumber(string.sub(state, 9))
+    end
     return nil
 end
 
 -- Before anything else: returns the reply to give at once, or nil to run.
-local function latch_check(latch, ttl, lock, owner)
+-- lease (optional): the copy's lease, which claims a 'granted:' latch.
+local function latch_check(latch, ttl, lock, owner, lease)
     if tonumber(ttl) <= 0 then
         return nil
     end
@@ -44,6 +54,10 @@ local function latch_check(latch, ttl, lock, owner)
         if redis.call('hexists', lock, owner) == 1 then
             if state == 'held' then
                 return 'OK'
+            end
+            if lease and string.sub(state, 1, 8) == 'granted:' then
+                redis.call('pexpire', lock, lease)
+                redis.call('set', latch, 'held:' .. latch_token(state), 'px', ttl)
             end
             return {-1, latch_token(state)}
         end

@@ -207,3 +207,15 @@ local function q_append(owner, deadline, _, _)
         redis.call('rpush', queue, owner)
     end
 end
+
+-- Direct handoff is the scalable engine's (queue_scalable.lua): this
+-- engine keeps Redisson's wire format, its waiters take the lock themselves.
+local HANDOFF = false
+
+local function q_note(_, _, _, _)
+    return nil
+end
+
+local function q_grant_note(_)
+    return nil
+end

@@ -15,7 +15,12 @@
 --   p:<o>     the owner before o ("" for the head)
 --   d:<o>     o's deadline minus its predecessor's (0 for the head)
 --   s:<o>     o's join sequence: the tail's + 1 when o joined (1 when it
---             joined an empty queue); strictly increasing from head to tail
+--             joined an empty queue); strictly increasing from head to tail.
+--             A lock waiter that joined with an acquisition latch appends
+--             its handoff note: "<seq>|<lease>|<slot>|<latch ms>|<latch
+--             key>" (what a release needs to grant it the lock directly,
+--             q_grant_note; in the same field so that a join writes no more
+--             fields and q_length stays HLEN arithmetic)
 --   hs, ts    the head's and the tail's join sequence
 -- The join sequences serve only the waiter's position (q_ahead): s:<o> - hs
 -- counts the waiters ahead of o plus the gaps left by waiters that gave up
@@ -46,9 +51,13 @@ local function q_written()
     ENDS, FRONT_OK, FRONT_H, FRONT_S = nil, false, nil, nil
 end
 
--- seq reads a join sequence field (nil when missing or not a number).
+-- seq reads a join sequence field (nil when missing or not a number); a
+-- handoff note after the sequence is skipped.
 local function seq(v)
-    return tonumber(v)
+    if type(v) ~= 'string' then
+        return nil
+    end
+    return tonumber(string.match(v, '^[^|]*'))
 end
 
 -- seq_field adds field = v to the HSET arguments set, or, v nil (a queue
@@ -308,8 +317,10 @@ local function q_remove(owner, wait)
 end
 
 -- q_append: owner joins at the tail with an absolute deadline (tail, td:
--- the tail and its deadline, from q_tail).
-local function q_append(owner, deadline, tail, td)
+-- the tail and its deadline, from q_tail). note: the handoff note to keep
+-- after the join sequence ('|...', see s:<o>), or nil.
+local function q_append(owner, deadline, tail, td, note)
+    note = note or ''
     q_written()
     if tail and td then
         local _, tn, _, ts = node(tail)
@@ -318,7 +329,7 @@ local function q_append(owner, deadline, tail, td)
                 'p:' .. owner, tail, 'n:' .. owner, '', 'd:' .. owner, deadline - td}
             if ts then
                 -- (a queue written without sequences: this waiter has none either)
-                seq_field(set, 's:' .. owner, ts + 1)
+                seq_field(set, 's:' .. owner, (ts + 1) .. note)
                 seq_field(set, 'ts', ts + 1)
             end
             redis.call('hset', sq, unpack(set))
@@ -329,5 +340,30 @@ local function q_append(owner, deadline, tail, td)
         q_reset()
     end
     redis.call('hset', sq, 'h', owner, 't', owner, 'hd', deadline, 'td', deadline,
-        'p:' .. owner, '', 'n:' .. owner, '', 'd:' .. owner, 0, 's:' .. owner, 1, 'hs', 1, 'ts', 1)
+        'p:' .. owner, '', 'n:' .. owner, '', 'd:' .. owner, 0, 's:' .. owner, '1' .. note, 'hs', 1, 'ts', 1)
+end
+
+-- Direct handoff (issue 23; this engine only: queue_redisson.lua's
+-- q_grant_note always says no). q_note is the note a lock waiter joins with;
+-- q_grant_note(owner) reads it back: lease, slot, latch lifetime (numbers)
+-- and latch key, or nil when owner joined without one.
+local HANDOFF = true
+
+local function q_note(lease, slot, latch_ms, latch)
+    if tonumber(latch_ms) > 0 then
+        return '|' .. lease .. '|' .. slot .. '|' .. latch_ms .. '|' .. latch
+    end
+    return nil
+end
+
+local function q_grant_note(owner)
+    local v = redis.call('hget', sq, 's:' .. owner)
+    if type(v) ~= 'string' then
+        return nil
+    end
+    local lease, slot, latch_ms, latch = string.match(v, '^%d+|(%d+)|(%d+)|(%d+)|(.+)$')
+    if not lease then
+        return nil
+    end
+    return tonumber(lease), tonumber(slot), tonumber(latch_ms), latch
 end

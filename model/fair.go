@@ -1,6 +1,9 @@
 package model
 
-import "slices"
+import (
+	"slices"
+	"strconv"
+)
 
 // The fair lock (Redisson's RFairLock) adds a FIFO queue to the reentrant
 // lock's hash. Both engines of package fair (the Redisson-compatible one and
@@ -69,6 +72,12 @@ import "slices"
 // Replies. A queued waiter that did not get the lock is told how long it may
 // sleep: never past the next event that can change its place or free the
 // lock (see FairTryLockWait).
+//
+// Direct handoff (the scalable engine only: Lock.Handoff; issue 23). Its
+// release grants the free lock to the live head itself, doing what the
+// head's take would, and publishes the grant on the head's channel instead
+// of a wake-up (see handoff). The Redisson-compatible engine never does: its
+// release followed by the head's take reaches the same state.
 
 // GraceMargin is how long the head grace key outlives the grace, in ms.
 const GraceMargin int64 = 60_000
@@ -131,19 +140,48 @@ func (l *Lock) FairTryLockWait(server, now int64, owner string, leaseMs, waitMs,
 // FairTryLockWaitToken is FairTryLockWait also replying the holder's
 // fencing token when acquired (see fairToken).
 func (l *Lock) FairTryLockWaitToken(server, now int64, owner string, leaseMs, waitMs, graceMs int64) (acquired bool, ttlMs, token int64) {
+	acquired, ttlMs, token, _ = l.FairTryLockWaitRequest(server, now, owner, leaseMs, waitMs, graceMs, "", 0)
+	return acquired, ttlMs, token
+}
+
+// FairTryLockWaitRequest is FairTryLockWaitToken sent with an acquisition
+// request id and latch lifetime (latchMs 0: none; latch_common.lua). A
+// copy of a request whose latch is live replies from it (see latchHit),
+// and claims a grant (LatchGranted: the lock's TTL becomes leaseMs, the
+// latch LatchHeld). A take writes the latch; on the scalable engine
+// (Handoff) a join with a latch keeps its Note.
+func (l *Lock) FairTryLockWaitRequest(server, now int64, owner string, leaseMs, waitMs, graceMs int64, requestID string, latchMs int64) (acquired bool, ttlMs, token int64, err error) {
 	l.Advance(server)
+	if latchMs > 0 {
+		if la, found := l.AcquireLatches[requestID]; found && la.State == LatchGranted && l.Holds[owner] > 0 {
+			l.LeaseEnd = server + leaseMs
+			l.AcquireLatches[requestID] = AcquireLatch{State: LatchHeld, Token: la.Token, ExpiresAt: server + latchMs}
+			return true, 0, la.Token, nil
+		}
+	}
+	if acquired, token, err, hit := l.latchHit(owner, requestID, latchMs); hit {
+		return acquired, 0, token, err
+	}
 	head0, second0 := l.front()
 	l.prune(server, now, owner, graceMs)
 	if held, cut := l.takeOrReenter(server, owner, leaseMs, waitMs); held {
 		token = l.fairToken(owner)
+		if latchMs > 0 {
+			l.AcquireLatches[requestID] = AcquireLatch{State: LatchHeld, Token: token, ExpiresAt: server + latchMs}
+		}
 		l.finish(server, owner, head0, second0, cut, graceMs)
-		return true, 0, token
+		return true, 0, token, nil
 	}
 	if _, queued := l.Deadlines[owner]; !queued {
 		l.join(server, now, owner, waitMs)
+		if l.Handoff && latchMs > 0 {
+			l.Notes[owner] = Note{LeaseMs: leaseMs, SlotMs: waitMs, LatchMs: latchMs, RequestID: requestID}
+		} else {
+			delete(l.Notes, owner)
+		}
 	}
 	l.finish(server, owner, head0, second0, false, graceMs)
-	return false, l.reply(server, now, owner, graceMs), 0
+	return false, l.reply(server, now, owner, graceMs), 0, nil
 }
 
 // FairAcquireFailed is fair_acquire_failed.lua: owner gives up waiting and
@@ -199,9 +237,49 @@ func (l *Lock) FairUnlock(server, now int64, owner string, leaseMs int64, reques
 	}
 	if result != StillHeld && freed {
 		l.publish(l.names.Channel)
+		l.handoff(server, owner, graceMs)
 	}
 	l.finish(server, "", head0, second0, freed, graceMs)
 	return result
+}
+
+// Direct handoff (the scalable engine, Handoff; issue 23). A release that
+// leaves the lock free grants it to the live head (after pruning) as the
+// head's own take would: the head leaves the queue and every remaining
+// deadline drops by the slot it joined with, it holds the lock once, the
+// token is incremented, and its acquisition latch says LatchGranted with
+// that token; the latch lives at least the grant's TTL (a copy of the
+// request that finds the lock still granted must see it, or it would
+// re-enter). The lease is min(its lease, 2 graces): a dead head holds the
+// lock no longer than the two graces it would have had as the head of a
+// free lock. The grant is published on the head's channel:
+// "g:<token>:<granted ms>:<request id>". No grant (the head takes the lock
+// itself, as on the Redisson engine): the caller's grace is off, the head
+// is the caller, it joined without a latch (no Note), or its latch exists
+// (the request was given up).
+func (l *Lock) handoff(server int64, caller string, graceMs int64) {
+	if !l.Handoff || graceMs <= 0 || l.Locked() || len(l.Queue) == 0 {
+		return
+	}
+	head := l.Queue[0]
+	n, ok := l.Notes[head]
+	if head == caller || !ok {
+		return
+	}
+	if _, exists := l.AcquireLatches[n.RequestID]; exists {
+		return
+	}
+	ttl := min(n.LeaseMs, 2*graceMs)
+	l.takeOrReenter(server, head, ttl, n.SlotMs)
+	l.Token++
+	l.AcquireLatches[n.RequestID] = AcquireLatch{State: LatchGranted, Token: l.Token, ExpiresAt: server + max(n.LatchMs, ttl)}
+	l.Published = append(l.Published, Message{Channel: l.names.WaiterChannel(head),
+		Payload: GrantMessage(l.Token, ttl, n.RequestID)})
+}
+
+// GrantMessage is the payload of a direct handoff's message.
+func GrantMessage(token, ttlMs int64, requestID string) string {
+	return "g:" + strconv.FormatInt(token, 10) + ":" + strconv.FormatInt(ttlMs, 10) + ":" + requestID
 }
 
 // FairForceUnlock is fair_force_unlock.lua: delete the lock whoever holds

@@ -22,6 +22,11 @@ const (
 	LatchHeld     = "held"
 	LatchVoid     = "void"
 	LatchVoidHeld = "void:held"
+	// LatchGranted: a release granted the lock to the request's owner
+	// directly (the scalable fair engine's handoff, fair.go); the first
+	// copy that comes while the owner holds it claims it (the lock's TTL
+	// becomes the copy's lease, the latch LatchHeld with the same token).
+	LatchGranted = "granted"
 )
 
 // AcquireLatch is a stored acquisition outcome.
@@ -48,7 +53,7 @@ func (l *Lock) latchHit(owner, requestID string, latchMs int64) (acquired bool, 
 		return false, 0, nil, false
 	}
 	switch la.State {
-	case LatchHeld:
+	case LatchHeld, LatchGranted:
 		if l.Holds[owner] > 0 {
 			return true, la.Token, nil, true
 		}
@@ -93,7 +98,7 @@ func (l *Lock) Abandon(server int64, owner, requestID string, latchMs int64) boo
 	if found && la.State == LatchVoid {
 		return false
 	}
-	held = held && found && la.State == LatchHeld
+	held = held && found && (la.State == LatchHeld || la.State == LatchGranted)
 	state := LatchVoid
 	if held {
 		state = LatchVoidHeld

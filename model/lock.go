@@ -139,8 +139,24 @@ type Lock struct {
 	// the fenced lock's machine; see fenced.go).
 	AcquireLatches map[string]AcquireLatch
 
+	// Handoff: this is the scalable engine's lock, whose release grants
+	// the lock to the live head directly (fair.go, handoff). The
+	// Redisson-compatible engine's never does.
+	Handoff bool
+	// Notes are what a lock waiter of the scalable engine joined with, for
+	// a direct handoff (queue_scalable.lua keeps them after the join
+	// sequence in s:<o>). Only the entries of queued owners mean anything.
+	Notes map[string]Note
+
 	// Published is every message published so far, in order.
 	Published []Message
+}
+
+// Note is a waiter's handoff note: the lease, slot, acquisition request id
+// and latch lifetime of the call that made it join.
+type Note struct {
+	LeaseMs, SlotMs, LatchMs int64
+	RequestID                string
 }
 
 // New returns the empty state of the lock called name.
@@ -153,6 +169,7 @@ func New(name string) *Lock {
 		Latches:   map[string]Latch{},
 
 		AcquireLatches: map[string]AcquireLatch{},
+		Notes:          map[string]Note{},
 	}
 }
 
@@ -167,6 +184,7 @@ func (l *Lock) Clone() *Lock {
 	c.Seqs = maps.Clone(l.Seqs)
 	c.Latches = maps.Clone(l.Latches)
 	c.AcquireLatches = maps.Clone(l.AcquireLatches)
+	c.Notes = maps.Clone(l.Notes)
 	c.Queue = slices.Clone(l.Queue)
 	c.Published = slices.Clone(l.Published)
 	return &c

@@ -91,6 +91,7 @@ type counts struct {
 	notified         int // fair-lock waiter notifications
 	pruned           int // waiters removed without taking the lock or giving up
 	positions        int // queue positions compared (scalable and fair semaphore machines)
+	grants           int // direct handoffs (the scalable machine)
 }
 
 func (c *counts) String() string {

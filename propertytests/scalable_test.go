@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
@@ -49,9 +50,11 @@ type scHarness struct {
 	skew    map[string]int64
 	grace   map[string]int64
 	lastReq map[string]string
+	lastAcq map[string]string // each owner's last acquisition request id
 	nextReq int
 	slot    map[string]int64
 	c       *counts
+	granted string // the head the last unlock granted the lock to ("": none)
 }
 
 func scalableMachine(b backend, scripts *wire.ScalableScripts, c *counts) func(*rapid.T) {
@@ -65,6 +68,8 @@ func scalableMachine(b backend, scripts *wire.ScalableScripts, c *counts) func(*
 			lastReq: map[string]string{}, slot: map[string]int64{}, c: c,
 		}
 		h.f, h.s, h.m = model.New(h.fk.Name), model.New(h.sk.Name), model.New(h.sk.Name)
+		h.m.Handoff = true
+		h.lastAcq = map[string]string{}
 		h.fsub = subscribe(t, rdb, h.f.Names())
 		h.ssub = subscribe(t, rdb, h.s.Names())
 		c.sequences++
@@ -139,24 +144,55 @@ func (h *scHarness) noErr(t *rapid.T, what string, errs ...error) {
 	}
 }
 
+// acquireID draws the acquisition request id of a tryLockWait: none (no
+// latch, as before the handoff), a new one, or (a retried copy) the owner's
+// last one; and its latch lifetime.
+func (h *scHarness) acquireID(t *rapid.T, owner string) (string, int64) {
+	switch k := rapid.IntRange(0, 5).Draw(t, "acquire id"); {
+	case k == 0:
+		return "", 0
+	case k == 1 && h.lastAcq[owner] != "":
+		return h.lastAcq[owner], h.dur(t, "acquire latch", 1, 40)
+	}
+	h.nextReq++
+	id := "acq" + strconv.Itoa(h.nextReq)
+	h.lastAcq[owner] = id
+	return id, h.dur(t, "acquire latch", 1, 40)
+}
+
 func (h *scHarness) tryLockWait(t *rapid.T, owner string) {
 	a := h.args(owner, h.lease(t), h.wait(t))
+	a.AcquireID, a.LatchMs = h.acquireID(t, owner)
 	var fok, sok bool
-	var fttl, sttl int64
+	var fttl, sttl, ftok, stok int64
 	var ferr, serr error
 	var fahead, sahead wire.Ahead
 	position := rapid.Bool().Draw(t, "position")
 	wasQueued := slices.Contains(h.m.Queue, owner)
 	if position {
-		fok, fttl, _, fahead, ferr = h.faithful.Fair().TryLockWaitAhead(h.ctx, h.rdb, h.fk, a)
-		sok, sttl, _, sahead, serr = h.scalable.Fair().TryLockWaitAhead(h.ctx, h.rdb, h.sk, a)
+		fok, fttl, ftok, fahead, ferr = h.faithful.Fair().TryLockWaitAhead(h.ctx, h.rdb, h.fk, a)
+		sok, sttl, stok, sahead, serr = h.scalable.Fair().TryLockWaitAhead(h.ctx, h.rdb, h.sk, a)
 	} else {
-		fok, fttl, ferr = h.faithful.FairTryLockWait(h.ctx, h.rdb, h.fk, a)
-		sok, sttl, serr = h.scalable.TryLockWait(h.ctx, h.rdb, h.sk, a)
+		fok, fttl, ftok, ferr = h.faithful.Fair().TryLockWaitToken(h.ctx, h.rdb, h.fk, a)
+		sok, sttl, stok, serr = h.scalable.Fair().TryLockWaitToken(h.ctx, h.rdb, h.sk, a)
 	}
-	h.noErr(t, "tryLockWait", ferr, serr)
-	if mok, mttl := h.m.FairTryLockWait(h.server, a.NowMs, owner, a.LeaseMs, a.WaitMs, a.GraceMs); mok != sok || !mok && !h.within(mttl, sttl) {
-		t.Fatalf("tryLockWait by %s: model (%v, %d), scalable (%v, %d)\nbefore: %v", owner, mok, mttl, sok, sttl, h.s)
+	latchMs := int64(0)
+	if a.AcquireID != "" {
+		latchMs = max(a.LatchMs, 1)
+	}
+	mok, mttl, mtok, merr := h.m.FairTryLockWaitRequest(h.server, a.NowMs, owner, a.LeaseMs, a.WaitMs, a.GraceMs, a.AcquireID, latchMs)
+	if (merr != nil) != (serr != nil) || (ferr != nil) != (serr != nil) {
+		t.Fatalf("tryLockWait by %s (request %q): model error %v, scalable %v, Redisson engine %v", owner, a.AcquireID, merr, serr, ferr)
+	}
+	if serr != nil {
+		h.end(t, "tryLockWait (latched error) "+owner)
+		return
+	}
+	if mok != sok || !mok && !h.within(mttl, sttl) || mok && mtok != stok {
+		t.Fatalf("tryLockWait by %s: model (%v, %d, token %d), scalable (%v, %d, token %d)\nbefore: %v", owner, mok, mttl, mtok, sok, sttl, stok, h.s)
+	}
+	if fok && ftok != stok {
+		t.Fatalf("tryLockWait by %s: Redisson engine's token %d, scalable %d", owner, ftok, stok)
 	}
 	if position && !sok {
 		h.c.positions++
@@ -242,11 +278,42 @@ func (h *scHarness) unlock(t *rapid.T, owner string) {
 	fr, ferr := h.faithful.FairUnlock(h.ctx, h.rdb, h.fk, a)
 	sr, serr := h.scalable.Unlock(h.ctx, h.rdb, h.sk, a)
 	h.noErr(t, "unlock", ferr, serr)
+	head, m0 := "", len(h.m.Published)
+	if len(h.m.Queue) > 0 {
+		head = h.m.Queue[0] // (before the unlock's prune: checked below)
+	}
+	note := h.m.Notes[head]
 	if mr := h.m.FairUnlock(h.server, a.NowMs, owner, a.LeaseMs, a.RequestID, a.LatchMs, a.GraceMs); int(mr) != int(sr) {
 		t.Fatalf("unlock by %s: model %v, scalable %v", owner, mr, sr)
 	}
 	if fr != sr {
 		t.Fatalf("unlock by %s: Redisson engine %v, scalable %v", owner, fr, sr)
+	}
+	// The scalable engine's release granted the lock to the head (the
+	// model says so: a grant message): the Redisson engine's waiter takes
+	// it itself, so the head's take runs there now, as its client would
+	// (its request, lease and slot as it joined), and the lock's TTL is set
+	// to the grant's and its latch's to the grant latch's (at least the
+	// grant's TTL); then both engines must be in the same state again.
+	h.granted = ""
+	for _, msg := range h.m.Published[m0:] {
+		if g, ok := wire.ParseGrant(msg.Payload); ok {
+			if msg.Channel != h.sk.WaiterChannel(head) || g.RequestID != note.RequestID {
+				t.Fatalf("unlock by %s: grant %q on %s; the head was %s (request %q)", owner, msg.Payload, msg.Channel, head, note.RequestID)
+			}
+			h.c.grants++
+			h.granted = head
+			ta := h.args(head, note.LeaseMs, note.SlotMs)
+			ta.AcquireID, ta.LatchMs = note.RequestID, note.LatchMs
+			ok, _, tok, err := h.faithful.Fair().TryLockWaitToken(h.ctx, h.rdb, h.fk, ta)
+			h.noErr(t, "the Redisson engine's take", err)
+			if !ok || tok != g.Token {
+				t.Fatalf("unlock by %s granted %s (token %d); on the Redisson engine its take got (%v, token %d)", owner, head, g.Token, ok, tok)
+			}
+			ms := func(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
+			h.noErr(t, "pexpire", h.rdb.PExpire(h.ctx, h.fk.Name, ms(g.TTLMs)).Err(),
+				h.rdb.PExpire(h.ctx, h.fk.AcquireLatch(note.RequestID), ms(max(note.LatchMs, g.TTLMs))).Err())
+		}
 	}
 	h.end(t, "unlock "+owner)
 }
@@ -330,10 +397,12 @@ func (h *scHarness) end(t *rapid.T, what string) {
 	fpub, ferr := h.fsub.drain(h.ctx)
 	spub, serr := h.ssub.drain(h.ctx)
 	h.noErr(t, "pub/sub", ferr, serr)
+	granted := h.granted
+	h.granted = ""
 	f, ferr := dump(h.ctx, h.rdb, h.f.Names(), h.server)
 	s, serr := dumpScalable(h.ctx, h.rdb, h.sk, h.server)
 	h.noErr(t, "dump", ferr, serr)
-	if err := h.compare(f, s, fpub, spub); err != nil {
+	if err := h.compare(f, s, fpub, spub, granted != ""); err != nil {
 		t.Fatalf("after %s: the engines differ: %v\nRedisson engine: %v\nscalable:        %v", what, err, f, s)
 	}
 	h.m.Advance(h.server)
@@ -345,7 +414,13 @@ func (h *scHarness) end(t *rapid.T, what string) {
 	h.f, h.s = f, s
 }
 
-func (h *scHarness) compare(f, s *model.Lock, fpub, spub []model.Message) error {
+// compare compares the two engines' states and messages. granted: in this
+// step the scalable engine's release granted the lock to the head and the
+// Redisson engine's head took it itself, so the messages are compared as
+// the set of channels woken (a grant counts as a wake-up: the Redisson
+// engine woke the head, and the new first two twice, once for the release
+// and once for the take), and a 'granted' latch as a 'held' one.
+func (h *scHarness) compare(f, s *model.Lock, fpub, spub []model.Message, granted bool) error {
 	if !maps.Equal(f.Holds, s.Holds) {
 		return fmt.Errorf("hash %v vs %v", f.Holds, s.Holds)
 	}
@@ -369,10 +444,25 @@ func (h *scHarness) compare(f, s *model.Lock, fpub, spub []model.Message) error 
 	}) {
 		return fmt.Errorf("latches %v vs %v", f.Latches, s.Latches)
 	}
+	if !maps.EqualFunc(f.AcquireLatches, s.AcquireLatches, func(a, b model.AcquireLatch) bool {
+		if b.State == model.LatchGranted {
+			b.State = model.LatchHeld
+		}
+		return a.State == b.State && a.Token == b.Token && h.within(a.ExpiresAt, b.ExpiresAt)
+	}) {
+		return fmt.Errorf("acquisition latches %v vs %v", f.AcquireLatches, s.AcquireLatches)
+	}
 	strip := func(ms []model.Message, prefix string) []string {
 		var out []string
 		for _, m := range ms {
 			out = append(out, strings.TrimPrefix(m.Channel, prefix)+"="+m.Payload)
+		}
+		if granted {
+			for i, m := range ms {
+				out[i] = strings.TrimPrefix(m.Channel, prefix)
+			}
+			slices.Sort(out)
+			out = slices.Compact(out)
 		}
 		return out
 	}
@@ -413,6 +503,16 @@ func (h *scHarness) compareModel(s *model.Lock, spub []model.Message) error {
 		return a.Result == b.Result && h.within(a.ExpiresAt, b.ExpiresAt)
 	}) {
 		return fmt.Errorf("latches %v, model %v", s.Latches, m.Latches)
+	}
+	if !maps.EqualFunc(m.AcquireLatches, s.AcquireLatches, func(a, b model.AcquireLatch) bool {
+		return a.State == b.State && a.Token == b.Token && h.within(a.ExpiresAt, b.ExpiresAt)
+	}) {
+		return fmt.Errorf("acquisition latches %v, model %v", s.AcquireLatches, m.AcquireLatches)
+	}
+	for _, o := range m.Queue {
+		if m.Notes[o] != s.Notes[o] {
+			return fmt.Errorf("handoff note of %s %+v, model %+v", o, s.Notes[o], m.Notes[o])
+		}
 	}
 	want := m.Published[h.mPub:]
 	h.mPub = len(m.Published)
@@ -507,6 +607,21 @@ func dumpScalable(ctx context.Context, rdb *redis.Client, k wire.Keys, server in
 			if prev == "" && d != 0 {
 				return nil, fmt.Errorf("head %s has delta %d", o, d)
 			}
+			sv, note, hasNote := strings.Cut(f["s:"+o], "|")
+			if hasNote {
+				// the handoff note: lease|slot|latch ms|latch key
+				parts := strings.SplitN(note, "|", 4)
+				var nums [3]int64
+				for i := 0; i < 3 && len(parts) == 4; i++ {
+					nums[i], err = strconv.ParseInt(parts[i], 10, 64)
+				}
+				id, okID := strings.CutPrefix(parts[len(parts)-1], k.AcquireLatchPrefix()+":")
+				if len(parts) != 4 || err != nil || !okID {
+					return nil, fmt.Errorf("handoff note of %s: %q", o, f["s:"+o])
+				}
+				l.Notes[o] = model.Note{LeaseMs: nums[0], SlotMs: nums[1], LatchMs: nums[2], RequestID: id}
+				f["s:"+o] = sv
+			}
 			seq, err := num("s:" + o)
 			if err != nil {
 				return nil, err
@@ -548,9 +663,11 @@ func dumpScalable(ctx context.Context, rdb *redis.Client, k wire.Keys, server in
 			return nil, fmt.Errorf("%d fields for %d waiters: %v", len(f), len(l.Queue), f)
 		}
 	}
-	var latches []string
+	var latches, alatches []string
 	for _, key := range all.Val() {
 		switch {
+		case strings.HasPrefix(key, l.Names().AcquireLatchPrefix()):
+			alatches = append(alatches, key)
 		case key == k.Name, key == k.ScalableQueue(), key == k.Grace():
 		case key == k.Token(): // the fencing token (fair_token), as the faithful engine's
 			n, err := rdb.Get(ctx, key).Int64()
@@ -563,6 +680,9 @@ func dumpScalable(ctx context.Context, rdb *redis.Client, k wire.Keys, server in
 		default:
 			return nil, fmt.Errorf("unexpected key %s", key)
 		}
+	}
+	if err := dumpAcquireLatches(ctx, rdb, l, l.Names(), alatches, server); err != nil {
+		return nil, err
 	}
 	for _, key := range latches {
 		v, err := rdb.Get(ctx, key).Result()
@@ -589,7 +709,7 @@ func TestScalableRedisServer(t *testing.T) { checkScalable(t, newRealBackend(t))
 func checkScalable(t *testing.T, b backend) {
 	var c counts
 	rapid.Check(t, scalableMachine(b, wire.ScalableDefault(), &c))
-	t.Logf("%v; %d notifications, longest queue %d", &c, c.notified, c.maxQueue)
+	t.Logf("%v; %d notifications, longest queue %d, %d direct handoffs", &c, c.notified, c.maxQueue, c.grants)
 }
 
 func FuzzScalableMiniredis(f *testing.F) {
@@ -621,14 +741,31 @@ var scalableBroken = []struct{ name, file, old, new string }{
 		"and second == owner and", "and"},
 	{"a waiter moving up is not woken", "fair_common.lua",
 		"(freed or started or second ~= second0)", "(freed or started)"},
+	// The direct handoff (issue 23).
+	{"a grant does not bump the fencing token", "fair_common.lua",
+		"local token = redis.pcall('incr', token_key)", "local token = tonumber(redis.call('get', token_key) or 1)"},
+	{"a grant goes to the waiter behind the head", "fair_unlock.lua",
+		"handoff(owner, q_front(), grace,", "handoff(owner, select(2, q_front()), grace,"},
+	{"a grant keeps the head's whole lease (a dead head holds the lock for it)", "fair_common.lua",
+		"local ttl = math.min(lease, 2 * grace)", "local ttl = lease"},
+	{"a grant does not lower the remaining deadlines", "fair_common.lua",
+		"    q_take(head, slot)\n", "    q_take(head, 0)\n"},
+	{"a grant overwrites the latch of a request given up", "fair_common.lua",
+		"            or redis.call('exists', latch) == 1 then", "            then"},
+	{"a retried copy of a granted request does not claim the grant", "latch_common.lua",
+		"                redis.call('pexpire', lock, lease)\n", ""},
 }
 
 func TestScalableBrokenVariantsFail(t *testing.T) {
 	redistest.Long(t)
 	for _, v := range scalableBroken {
 		t.Run(v.name, func(t *testing.T) {
-			// Both files are in every script's source.
-			if n := strings.Count(wire.ScalableSource(wire.FileFairTryLock), v.old); n != 1 {
+			// The prepended files are in every script's source.
+			src := wire.ScalableSource(wire.FileFairTryLock)
+			if strings.HasPrefix(v.file, "fair_") && v.file != "fair_common.lua" {
+				src = wire.ScalableSource(v.file)
+			}
+			if n := strings.Count(src, v.old); n != 1 {
 				t.Fatalf("%q occurs %d times in %s", v.old, n, v.file)
 			}
 			scripts := wire.EditScalable(func(file, src string) string {

@@ -58,8 +58,15 @@ func dumpAcquireLatches(ctx context.Context, rdb *redis.Client, l *model.Lock, n
 			}
 			la = model.AcquireLatch{State: model.LatchHeld, Token: n}
 		}
+		if tok, ok := strings.CutPrefix(v, "granted:"); ok {
+			n, err := strconv.ParseInt(tok, 10, 64)
+			if err != nil {
+				return fmt.Errorf("acquisition latch %s holds %q", k, v)
+			}
+			la = model.AcquireLatch{State: model.LatchGranted, Token: n}
+		}
 		switch la.State {
-		case model.LatchHeld, model.LatchVoid, model.LatchVoidHeld:
+		case model.LatchHeld, model.LatchVoid, model.LatchVoidHeld, model.LatchGranted:
 		default:
 			return fmt.Errorf("acquisition latch %s holds %q", k, v)
 		}

@@ -94,6 +94,12 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 			if m.S.obs != nil {
 				q.woke = time.Now()
 			}
+			if p, ok := w.Grant(); ok {
+				if ok, err := q.takeGrant(p); ok || err != nil {
+					return q.result(ok, err)
+				}
+				// not ours, or too late to vouch for: the script decides
+			}
 		case <-timer.C:
 			q.woke = time.Time{}
 		case <-ctx.Done():
@@ -136,8 +142,16 @@ type acquisition struct {
 	// later attempt then gets that grant back from the latch: its validity
 	// counts from here, not from the later send.
 	ambSince time.Time
-	late     int   // replies that came after the lease they were sent with
-	lastErr  error // the last transient Redis error
+	// reqSent is the send time of the first attempt of this request id
+	// (zero: none yet). Every direct handoff to this request happened
+	// after it (handoff.go).
+	reqSent time.Time
+	// handoff: the engine's release grants the lock to the live head
+	// directly (the scalable fair engine); a waiter then gives up with
+	// abandon (the grant may be in flight).
+	handoff bool
+	late    int   // replies that came after the lease they were sent with
+	lastErr error // the last transient Redis error
 
 	pos *positionTrack // nil: no position callback (position.go)
 
@@ -209,6 +223,9 @@ func (m *Mutex) newAcquisition(ctx context.Context, o AcquireOpts) *acquisition 
 	if o.Slot > 0 {
 		q.a.WaitMs = max(1, o.Slot.Milliseconds())
 	}
+	if h, ok := m.E.(HandingOff); ok && o.Queue {
+		q.handoff = h.Handoff()
+	}
 	if o.Wait >= 0 {
 		q.deadline = time.Now().Add(o.Wait)
 	}
@@ -232,6 +249,7 @@ func (q *acquisition) expired() bool {
 func (q *acquisition) newRequest() {
 	q.a.AcquireID = RequestID()
 	q.ambSince = time.Time{}
+	q.reqSent = time.Time{}
 }
 
 // try makes attempts until one gets a definite answer: sent again after a
@@ -279,6 +297,9 @@ func (q *acquisition) attempt() (bool, int64, error) {
 	leaseMs, kept := m.leaseFor(q.o.Lease)
 	q.a.LeaseMs = leaseMs
 	sent := time.Now()
+	if q.reqSent.IsZero() {
+		q.reqSent = sent
+	}
 	// A re-entry sets the key's TTL to its lease whether or not its reply
 	// comes back: the current hold is valid no longer than that.
 	m.bound(sent, leaseMs)
@@ -326,6 +347,13 @@ func (q *acquisition) attempt() (bool, int64, error) {
 		// already over: nothing to undo; go on with a new id.
 		q.newRequest()
 		return false, 0, nil
+	}
+	if err == nil && !ok && q.handoff {
+		// Queued: a release may grant this request the lock at any
+		// moment, before its message reaches us. Leaving must then void
+		// the request (abandon: a grant already made is given back, a
+		// later one is refused) rather than only leave the queue.
+		q.suspect = true
 	}
 	if err != nil || !ok {
 		return false, ttl, err

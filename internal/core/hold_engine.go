@@ -23,6 +23,14 @@ type Voider interface {
 	Abandon(ctx context.Context, a wire.Args) (held bool, err error)
 }
 
+// HandingOff is an engine whose release may grant the lock to the queue's
+// live head directly (the scalable fair engine, when Handoff reports
+// true): the grant comes as a message on the head's wake channel
+// (wire.Grant), and the head's acquisition takes it (handoff.go).
+type HandingOff interface {
+	Handoff() bool
+}
+
 // HeldChecker is an engine whose holds the replica acknowledgement
 // (replicas.go) checks with a script of its own instead of the lock hash's
 // field: the script, run with keys and args, replies 1 when owner still

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,7 @@ type Waiter struct {
 	hub         *Hub
 	channel     string
 	c           chan struct{}
+	grant       string // the last grant message not yet taken (Grant); "": none
 	closed      bool
 	subscribing bool // its Subscribe is still waiting for the confirmation
 }
@@ -82,6 +84,19 @@ func New(rdb redis.UniversalClient, pingEvery time.Duration, opts ...Option) *Hu
 
 // C is where wake-ups arrive. It has room for one: wake-ups coalesce.
 func (w *Waiter) C() <-chan struct{} { return w.c }
+
+// Grant returns and forgets the last grant message (a payload starting
+// with "g:", the scalable fair lock's direct handoff) delivered to the
+// waiter and not yet taken, or ok false. A grant also wakes the waiter (C):
+// call Grant after each wake-up. Grants do not coalesce with each other:
+// a later one replaces an earlier one not taken (each names its request).
+func (w *Waiter) Grant() (payload string, ok bool) {
+	h := w.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	payload, w.grant = w.grant, ""
+	return payload, payload != ""
+}
 
 // Subscribe subscribes to channel and returns once the server has confirmed
 // the subscription, so that every message published afterwards is seen; or,
@@ -318,6 +333,13 @@ func (h *Hub) deliverLocked(channel, payload string) {
 	if payload == "0" { // UNLOCK_MESSAGE: one waiter may take the lock
 		wakeOne(e)
 		return
+	}
+	if strings.HasPrefix(payload, "g:") {
+		// A grant (direct handoff) names its request: every waiter of
+		// the owner gets it and keeps only its own.
+		for _, w := range e.waiters {
+			w.grant = payload
+		}
 	}
 	wakeAll(e)
 }

@@ -125,3 +125,56 @@ func BenchmarkSubscribeClose(b *testing.B) {
 		})
 	})
 }
+
+// A grant message (the scalable fair lock's direct handoff, "g:...") wakes
+// every waiter of the channel and each keeps its payload until it takes it
+// (Grant); a plain wake-up ("0") carries none.
+func TestGrantReachesEveryWaiter(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Client(t)
+		h := pubsub.New(rdb, 30*time.Second)
+		defer h.Close()
+		ch := redistest.Prefix(t) + "ch"
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w1, err := h.Subscribe(ctx, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w1.Close()
+		w2, err := h.Subscribe(ctx, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w2.Close()
+		wait := func(w *pubsub.Waiter) {
+			t.Helper()
+			select {
+			case <-w.C():
+			case <-ctx.Done():
+				t.Fatal("no wake-up")
+			}
+		}
+		if err := rdb.Publish(ctx, ch, "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		wait(w1) // one waiter woken by "0"
+		if p, ok := w1.Grant(); ok {
+			t.Fatalf("a wake-up carried a grant %q", p)
+		}
+		const g = "g:7:1000:req"
+		if err := rdb.Publish(ctx, ch, g).Err(); err != nil {
+			t.Fatal(err)
+		}
+		wait(w2)
+		wait(w1)
+		for i, w := range []*pubsub.Waiter{w1, w2} {
+			if p, ok := w.Grant(); !ok || p != g {
+				t.Fatalf("waiter %d: grant %q %v, want %q", i+1, p, ok, g)
+			}
+			if p, ok := w.Grant(); ok {
+				t.Fatalf("waiter %d: the grant %q was kept after it was taken", i+1, p)
+			}
+		}
+	})
+}

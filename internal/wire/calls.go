@@ -262,10 +262,19 @@ func (k Keys) Grace() string {
 // Redisson-compatible engine, ScalableScripts.Fair the scalable one.
 type FairSet struct {
 	set *Scripts
+	// handoff: the scalable engine, whose release grants the lock to the
+	// live head directly (fair_common.lua, handoff): Unlock passes the
+	// token key and the acquisition latch prefix.
+	handoff bool
 }
 
+// Handoff reports whether a release of this engine grants the lock to the
+// live head directly, publishing a Grant on its channel (the scalable
+// engine).
+func (f FairSet) Handoff() bool { return f.handoff }
+
 // Fair returns the Redisson-compatible fair engine's scripts of s.
-func (s *Scripts) Fair() FairSet { return FairSet{s} }
+func (s *Scripts) Fair() FairSet { return FairSet{set: s} }
 
 func (f FairSet) script(file string) *redis.Script {
 	return f.set.Script(file)
@@ -304,8 +313,15 @@ func (f FairSet) AcquireFailed(ctx context.Context, rdb redis.Scripter, k Keys, 
 // Unlock runs fair_unlock.lua (reads Owner, LeaseMs, NowMs, RequestID,
 // LatchMs, GraceMs, PubCmd). Never refused.
 func (f FairSet) Unlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
-	c := f.set.cmd(FileFairUnlock, 7, 7)
+	nkeys := 7
+	if f.handoff {
+		nkeys = 9
+	}
+	c := f.set.cmd(FileFairUnlock, nkeys, 7)
 	c.key(k.Name).key(k.Queue).key(k.Timeouts).key(k.Channel).str(k.Latch(a.RequestID)).key(k.ScalableQueue()).key(k.Grace())
+	if f.handoff {
+		c.key(k.Token()).key(k.AcquireLatchPrefix())
+	}
 	c.key(UnlockMessage).num(a.LeaseMs).key(a.Owner).now(a.NowMs).key(a.pubCmd()).num(a.LatchMs).num(a.GraceMs)
 	return unlockResult(c.run(ctx, rdb))
 }
@@ -342,4 +358,35 @@ func (s *Scripts) FairUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a 
 // FairForceUnlock is s.Fair().ForceUnlock.
 func (s *Scripts) FairForceUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, error) {
 	return s.Fair().ForceUnlock(ctx, rdb, k, a)
+}
+
+// Grant is a direct handoff's message (the scalable fair engine's release,
+// fair_common.lua's handoff), published on the head's channel as
+// "g:<token>:<granted ms>:<request id>": the lock was granted to the owner
+// of the channel for its acquisition request RequestID, with fencing token
+// Token, the lock's TTL set to TTLMs when the release ran.
+type Grant struct {
+	Token     int64
+	TTLMs     int64
+	RequestID string
+}
+
+// ParseGrant reads a grant message; ok false for any other payload (a
+// wake-up, "0").
+func ParseGrant(payload string) (g Grant, ok bool) {
+	rest, ok := strings.CutPrefix(payload, "g:")
+	if !ok {
+		return Grant{}, false
+	}
+	tok, rest, ok1 := strings.Cut(rest, ":")
+	ttl, id, ok2 := strings.Cut(rest, ":")
+	if !ok1 || !ok2 {
+		return Grant{}, false
+	}
+	t, err1 := strconv.ParseInt(tok, 10, 64)
+	d, err2 := strconv.ParseInt(ttl, 10, 64)
+	if err1 != nil || err2 != nil || d <= 0 {
+		return Grant{}, false
+	}
+	return Grant{Token: t, TTLMs: d, RequestID: id}, true
 }

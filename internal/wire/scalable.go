@@ -102,7 +102,7 @@ func (s *ScalableScripts) Script(file string) *redis.Script {
 }
 
 // Fair returns the scalable engine's scripts as a FairSet.
-func (s *ScalableScripts) Fair() FairSet { return FairSet{s.set} }
+func (s *ScalableScripts) Fair() FairSet { return FairSet{set: s.set, handoff: true} }
 
 // mixed turns the scripts' refusal into ErrMixedEngines.
 func mixed(err error) error {

@@ -126,6 +126,15 @@ func KeysFor(name string) Keys {
 // Latch is the unlock latch key of one unlock call.
 func (k Keys) Latch(requestID string) string { return k.latch + ":" + requestID }
 
+// AcquireLatchPrefix is the acquisition latches' prefix,
+// "fairlock_acquire_latch:{name}" (AcquireLatch adds ":<request-id>").
+func (k Keys) AcquireLatchPrefix() string {
+	if k.alatch == "" {
+		return prefixName(acquireLatchPrefix, k.Name)
+	}
+	return k.alatch
+}
+
 // AcquireLatch is the acquisition latch key of one acquisition call
 // (latch_common.lua): "fairlock_acquire_latch:{name}:<request-id>".
 func (k Keys) AcquireLatch(requestID string) string {

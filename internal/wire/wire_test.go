@@ -184,3 +184,15 @@ func TestAcquisitionLatch(t *testing.T) {
 		}
 	})
 }
+
+func TestParseGrant(t *testing.T) {
+	g, ok := wire.ParseGrant("g:12:10000:abc:def")
+	if !ok || g != (wire.Grant{Token: 12, TTLMs: 10000, RequestID: "abc:def"}) {
+		t.Fatalf("got %+v %v", g, ok)
+	}
+	for _, p := range []string{"0", "", "g:", "g:1", "g:1:2", "g:x:2:r", "g:1:0:r", "g:1:-5:r", "h:1:2:r"} {
+		if g, ok := wire.ParseGrant(p); ok {
+			t.Errorf("%q parsed as %+v", p, g)
+		}
+	}
+}
