@@ -57,6 +57,7 @@
 local GRACE_MARGIN = 60000
 
 local CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS
+local QUEUE, TIMEOUTS, SQUEUE -- both engines' queue keys (nil for the semaphore)
 
 -- fair_init names the keys and the publish command of this call. cross:
 -- this script releases or leaves (unlock, forceUnlock, acquireFailed), and
@@ -65,6 +66,7 @@ local CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS
 -- queue the other engine keeps, so for them only this engine's counts).
 local function fair_init(lock, queue, timeouts, squeue, channel, grace_key, pubcmd, message, cross)
     CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS = channel, grace_key, pubcmd, message, cross
+    QUEUE, TIMEOUTS, SQUEUE = queue, timeouts, squeue
     res_init(lock)
     q_init(queue, timeouts, squeue)
 end
@@ -76,12 +78,24 @@ end
 -- PTTL stays right.
 local GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND
 
+-- The other engine's head and second (q_other_front), read once per
+-- script: no script of one engine writes the other's queue.
+local OTHER_READ, OTHER_H, OTHER_S
+
+local function other_front()
+    if not OTHER_READ then
+        OTHER_READ = true
+        OTHER_H, OTHER_S = q_other_front()
+    end
+    return OTHER_H, OTHER_S
+end
+
 -- The head and the waiter behind it, the waiters a script may wake: this
 -- engine's, or in a release when this engine has no queue, the other's.
 local function front()
     local head, second = q_front()
     if not head and CROSS then
-        return q_other_front()
+        return other_front()
     end
     return head, second
 end
@@ -89,10 +103,21 @@ end
 -- begin, after a script's refusal and latch checks: the queue is checked
 -- (and repaired when malformed). Returns this engine's head, and the front
 -- as the script found it (head0, second0: see front).
+-- A release (CROSS) that finds this engine's queue empty then looks at the
+-- other engine's, and finish deletes the grace key. When none of the queue
+-- keys of either engine nor the grace key exists, one EXISTS says so: the
+-- other front is empty and the grace key known absent, so finish has
+-- nothing to read or delete (issue 23: one command instead of two or three
+-- in a release with nobody queued; a release with a queue pays nothing).
 local function begin()
     local head, second = q_check()
     if not head and CROSS then
-        local h, s = q_other_front()
+        if not GRACE_READ and redis.call('exists', QUEUE, TIMEOUTS, SQUEUE, GRACE) == 0 then
+            OTHER_READ, OTHER_H, OTHER_S = true, nil, nil
+            GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND = true, nil, nil, nil
+            return nil, nil, nil
+        end
+        local h, s = other_front()
         return nil, h, s
     end
     return head, head, second
@@ -241,6 +266,37 @@ local function fair_token(key, fresh)
         return TOKEN
     end
     return redis.call('incr', key)
+end
+
+-- The fast path of an acquisition (issue 23): the lock is free and none of
+-- the queue keys of either engine (queue, timeouts, the scalable queue) nor
+-- the grace key exists. Then the full path's refusal, prune and finish
+-- have nothing to find, its take has nothing to remove from a queue (the
+-- Redisson engine's ZREM, LPOP and ZRANGE act on absent keys) and its
+-- finish nothing to wake or delete (the front is empty, the DEL of the grace
+-- key deletes nothing): the take below leaves the same state, messages
+-- (none) and reply as the full path, for one EXISTS instead of the queue
+-- bookkeeping's 4 (scalable engine) or 7 (Redisson engine) commands. Only
+-- a free lock pays the EXISTS (res_free is read by every acquisition
+-- anyway), so a poll or a join while the lock is held costs nothing more;
+-- a take by the head of a queue pays one command. Returns the reply, or
+-- nil to run the full path.
+local function fast_take(lock, queue, timeouts, squeue, latch, latch_ttl, token_key, owner, lease)
+    if not res_free(owner) or redis.call('exists', queue, timeouts, squeue, GRACE) ~= 0 then
+        return nil
+    end
+    local replay = latch_check(latch, latch_ttl, lock, owner)
+    if replay then
+        return replay
+    end
+    local bad_token = token_check(token_key)
+    if bad_token then
+        return bad_token
+    end
+    res_take(owner, lease)
+    local token = fair_token(token_key, true)
+    latch_grant(latch, latch_ttl, token)
+    return {-1, token}
 end
 
 -- Join at the tail (Redisson's rule): the deadline is the tail's plus the
