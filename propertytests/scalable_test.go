@@ -621,6 +621,8 @@ var scalableBroken = []struct{ name, file, old, new string }{
 		"and second == owner and", "and"},
 	{"a waiter moving up is not woken", "fair_common.lua",
 		"(freed or started or second ~= second0)", "(freed or started)"},
+	{"fast path: a free lock is taken while a queue exists", "fair_common.lua",
+		"redis.call('exists', queue, timeouts, squeue, GRACE) ~= 0", "false"},
 }
 
 func TestScalableBrokenVariantsFail(t *testing.T) {
