@@ -38,10 +38,6 @@ local owner, wait = ARGV[2], tonumber(ARGV[3])
 local now, grace = tonumber(ARGV[4]), tonumber(ARGV[6])
 
 fair_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7], KEYS[8], ARGV[7], ARGV[8], false)
-local fast = fast_take(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], ARGV[5], KEYS[5], owner, ARGV[1])
-if fast then
-    return fast
-end
 local refused = q_refuse(KEYS[1])
 if refused then
     return refused

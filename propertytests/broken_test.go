@@ -119,13 +119,13 @@ var brokenVariants = []brokenVariant{
 	// client's take: TestFastPathsMatchFullPathsCatchesAStaleGrace.)
 	{
 		name: "fast path: a free lock is taken while a queue exists", machine: fairMachine, file: wire.FileFairTryLockWait,
-		old: "redis.call('exists', queue, timeouts, squeue, GRACE) ~= 0",
-		new: "false",
+		old: "redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8]) == 0",
+		new: "redis.call('exists', KEYS[1]) == 0",
 	},
 	{
 		name: "fast path: a take reuses the last fencing token", machine: fairMachine, file: wire.FileFairTryLock,
-		old: "local token = fair_token(token_key, true)",
-		new: "local token = fair_token(token_key, false)",
+		old: "local token = fair_token(KEYS[5], true)",
+		new: "local token = fair_token(KEYS[5], false)",
 	},
 	{
 		name: "fast path: the last hold's release deletes a re-entered lock", machine: reentrantMachine, file: wire.FileUnlock,
