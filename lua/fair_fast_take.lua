@@ -12,8 +12,9 @@
 -- queue, KEYS[5] token, KEYS[6] acquisition latch, KEYS[8] grace; ARGV[1]
 -- lease, ARGV[2] owner, ARGV[5] latch lifetime.
 --
--- When none of the lock, the queue keys of either engine (queue, timeouts,
--- the scalable queue) and the grace key exists, the full path's refusal,
+-- When the lock is free and none of the queue keys of either engine
+-- (queue, timeouts, the scalable queue) and the grace key exists, the full
+-- path's refusal,
 -- prune and finish have nothing to find, its take has nothing to remove
 -- from a queue (the Redisson engine's ZREM, LPOP and ZRANGE act on absent
 -- keys) and its finish nothing to wake or delete (the front is empty, the
@@ -21,10 +22,13 @@
 -- state, messages (none) and reply as the full path (res_take, fair_token,
 -- latch_grant, in the full path's order), for one EXISTS instead of the
 -- queue bookkeeping's 4 (scalable engine) or 7 (Redisson engine) commands.
--- Otherwise the script goes on with the full path, which reads the lock
--- again: every attempt that does not take this path pays one command more.
+-- Otherwise the script goes on with the full path, which starts from the
+-- lock's state read here (FAST_FREE, see fair_token.lua): an attempt on a
+-- held lock (a poll, a join, a re-entry) costs nothing more, and one on a
+-- free lock with a queue (the head's take, a poll) one EXISTS.
 -- TestFastPathsMatchFullPaths (propertytests) compares the two paths.
-if redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8]) == 0 then
+FAST_FREE = redis.call('exists', KEYS[1]) == 0
+if FAST_FREE and redis.call('exists', KEYS[2], KEYS[3], KEYS[4], KEYS[8]) == 0 then
     local replay = latch_check(KEYS[6], ARGV[5], KEYS[1], ARGV[2])
     if replay then
         return replay

@@ -4,6 +4,14 @@
 -- fair_common.lua, so the fair lock's fast path (fair_fast_take.lua), which
 -- runs before the queue operations and the rules are defined, can use it too.
 
+-- FAST_FREE is whether the lock is free as fair_fast_take.lua read it (nil
+-- when it did not run: every script but the fair tryLocks, and the fair
+-- semaphore and seats, which never set it). res_lock.lua starts its cache
+-- from it, so an attempt that leaves the fast path because the lock is held
+-- does not read the lock twice. Declared here, in front of every script
+-- that composes res_lock.lua.
+local FAST_FREE
+
 -- The fencing token (not in Redisson's fair lock; the key is its fenced
 -- lock's "redisson_lock_token:{name}", so both share one sequence). A take
 -- (the hold count is now 1) INCRs it; a re-entry returns the holder's

@@ -29,7 +29,7 @@ import (
 // fastPathsOff switches each fast path off: the edit makes its test fail,
 // so the script takes the full path it had before.
 var fastPathsOff = []struct{ old, new string }{
-	{"if redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[8]) == 0 then", "if false then"},
+	{"if FAST_FREE and redis.call('exists', KEYS[2], KEYS[3], KEYS[4], KEYS[8]) == 0 then", "if false then"},
 	{"if not GRACE_READ and redis.call('exists', QUEUE, TIMEOUTS, SQUEUE, GRACE) == 0 then", "if false then"},
 	{"if count ~= '1' then", "if true then"},
 	{"    if redis.call('exists', queue, squeue) == 0 then\n        return\n    end\n", ""},
