@@ -57,6 +57,7 @@
 local GRACE_MARGIN = 60000
 
 local CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS
+local QUEUE, TIMEOUTS, SQUEUE -- both engines' queue keys (nil for the semaphore)
 
 -- fair_init names the keys and the publish command of this call. cross:
 -- this script releases or leaves (unlock, forceUnlock, acquireFailed), and
@@ -65,6 +66,7 @@ local CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS
 -- queue the other engine keeps, so for them only this engine's counts).
 local function fair_init(lock, queue, timeouts, squeue, channel, grace_key, pubcmd, message, cross)
     CHANNEL, GRACE, PUBCMD, MESSAGE, CROSS = channel, grace_key, pubcmd, message, cross
+    QUEUE, TIMEOUTS, SQUEUE = queue, timeouts, squeue
     res_init(lock)
     q_init(queue, timeouts, squeue)
 end
@@ -76,12 +78,24 @@ end
 -- PTTL stays right.
 local GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND
 
+-- The other engine's head and second (q_other_front), read once per
+-- script: no script of one engine writes the other's queue.
+local OTHER_READ, OTHER_H, OTHER_S
+
+local function other_front()
+    if not OTHER_READ then
+        OTHER_READ = true
+        OTHER_H, OTHER_S = q_other_front()
+    end
+    return OTHER_H, OTHER_S
+end
+
 -- The head and the waiter behind it, the waiters a script may wake: this
 -- engine's, or in a release when this engine has no queue, the other's.
 local function front()
     local head, second = q_front()
     if not head and CROSS then
-        return q_other_front()
+        return other_front()
     end
     return head, second
 end
@@ -89,10 +103,21 @@ end
 -- begin, after a script's refusal and latch checks: the queue is checked
 -- (and repaired when malformed). Returns this engine's head, and the front
 -- as the script found it (head0, second0: see front).
+-- A release (CROSS) that finds this engine's queue empty then looks at the
+-- other engine's, and finish deletes the grace key. When none of the queue
+-- keys of either engine nor the grace key exists, one EXISTS says so: the
+-- other front is empty and the grace key known absent, so finish has
+-- nothing to read or delete (issue 23: one command instead of two or three
+-- in a release with nobody queued; a release with a queue pays nothing).
 local function begin()
     local head, second = q_check()
     if not head and CROSS then
-        local h, s = q_other_front()
+        if not GRACE_READ and redis.call('exists', QUEUE, TIMEOUTS, SQUEUE, GRACE) == 0 then
+            OTHER_READ, OTHER_H, OTHER_S = true, nil, nil
+            GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND = true, nil, nil, nil
+            return nil, nil, nil
+        end
+        local h, s = other_front()
         return nil, h, s
     end
     return head, head, second
@@ -207,40 +232,6 @@ local function take_or_reenter(owner, lease, wait, head)
     end
     local held, cut = res_reenter(owner, lease)
     return held, cut, false
-end
-
--- The fencing token (not in Redisson's fair lock; the key is its fenced
--- lock's "redisson_lock_token:{name}", so both share one sequence). A take
--- (the hold count is now 1) INCRs it; a re-entry returns the holder's
--- current token, INCRing only when the key holds none (deleted by hand, or
--- the hold was taken by a version without tokens). token_check runs before
--- anything is written, so a key that cannot be INCRed fails the script
--- before the take.
-local TOKEN -- the token key's value as token_check read it (nil: none)
-
-local function token_check(key)
-    local v = redis.pcall('get', key)
-    if type(v) == 'table' and v.err then
-        return redis.error_reply('fairlock: fencing token key ' .. key .. ': ' .. v.err)
-    end
-    -- What INCR takes: a decimal int64 without leading zeros, below the
-    -- maximum (where INCR would overflow).
-    local digits = v and string.match(v, '^-?(%d+)$')
-    if v and (not digits or #digits > 19 or (#digits == 19 and digits >= '9223372036854775807')
-            or (#digits > 1 and string.sub(digits, 1, 1) == '0')) then
-        return redis.error_reply('fairlock: fencing token key ' .. key .. ' does not hold an integer INCR can move')
-    end
-    TOKEN = tonumber(v)
-    return nil
-end
-
--- fair_token, after take_or_reenter granted the lock (fresh: a take, not a
--- re-entry) and token_check read the key.
-local function fair_token(key, fresh)
-    if not fresh and TOKEN and TOKEN > 0 then
-        return TOKEN
-    end
-    return redis.call('incr', key)
 end
 
 -- Join at the tail (Redisson's rule): the deadline is the tail's plus the

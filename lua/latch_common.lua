@@ -82,8 +82,13 @@ end
 -- Not in Redisson, used by the reentrant unlock scripts: wake the head of a
 -- fair queue kept on the same lock name (by either fair engine) on its own
 -- channel, since fair waiters do not listen on the plain lock channel. A
--- queue key of an unexpected type is ignored.
+-- queue key of an unexpected type is ignored. With neither queue key (the
+-- common case: no fair handle waits on the name), one EXISTS instead of two
+-- reads (issue 23).
 local function wake_fair_head(queue, squeue, channel, pubcmd, message)
+    if redis.call('exists', queue, squeue) == 0 then
+        return
+    end
     local head = redis.pcall('lindex', queue, 0)
     if type(head) ~= 'string' then
         head = redis.pcall('hget', squeue, 'h')

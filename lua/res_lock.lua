@@ -29,8 +29,9 @@ end
 
 -- Whether the lock is free (FREE caches it within one script: every write
 -- to the lock hash in these scripts sets or clears it; time does not move
--- within a script).
-local FREE
+-- within a script). It starts from what the fair tryLocks' fast path read
+-- (FAST_FREE, fair_token.lua; nil in the other scripts).
+local FREE = FAST_FREE
 
 local function res_free(_)
     if FREE == nil then

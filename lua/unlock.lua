@@ -22,10 +22,17 @@ local latched = redis.call('get', KEYS[3])
 if latched == '0' or latched == '1' then
     return tonumber(latched)
 end
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+local count = redis.call('hget', KEYS[1], ARGV[3])
+if not count then
     return nil
 end
-local left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+-- The last hold ("1"): the HINCRBY to 0 that Redisson runs before the DEL
+-- changes nothing the DEL leaves, so it is skipped (issue 23). Any other
+-- value takes Redisson's path, errors included.
+local left = 0
+if count ~= '1' then
+    left = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+end
 if left > 0 then
     redis.call('pexpire', KEYS[1], ARGV[2])
     redis.call('set', KEYS[3], '0', 'px', ARGV[5])

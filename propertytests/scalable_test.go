@@ -754,6 +754,8 @@ var scalableBroken = []struct{ name, file, old, new string }{
 		"            or redis.call('exists', latch) == 1 then", "            then"},
 	{"a retried copy of a granted request does not claim the grant", "latch_common.lua",
 		"                redis.call('pexpire', lock, lease)\n", ""},
+	{"fast path: a free lock is taken while a queue exists", "fair_common.lua",
+		"FAST_FREE and redis.call('exists', KEYS[2], KEYS[3], KEYS[4], KEYS[8]) == 0", "FAST_FREE"},
 }
 
 func TestScalableBrokenVariantsFail(t *testing.T) {

@@ -106,7 +106,7 @@ func SemFairSource(file string) string {
 	if file == FileSemFairRenew {
 		return string(body)
 	}
-	return mustRead(fileLatchCommon) + mustRead(fileQueueScalable) + mustRead(fileResSem) + mustRead(fileFairCommon) + string(body)
+	return mustRead(fileLatchCommon) + mustRead(fileFairToken) + mustRead(fileQueueScalable) + mustRead(fileResSem) + mustRead(fileFairCommon) + string(body)
 }
 
 // SemFairScripts is one loaded set of the fair semaphore's scripts.
