@@ -169,6 +169,13 @@ func (h *scHarness) tryLockWait(t *rapid.T, owner string) {
 	var fahead, sahead wire.Ahead
 	position := rapid.Bool().Draw(t, "position")
 	wasQueued := slices.Contains(h.m.Queue, owner)
+	// A copy of a request the scalable engine's release granted the lock
+	// to claims the grant (the lock's TTL becomes its lease, the latch's its
+	// lifetime); on the Redisson engine the head took the lock itself, so
+	// the copy only replies from the latch. The claim is applied there by
+	// hand below, as the grant's TTLs were (unlock).
+	claims := a.AcquireID != "" && h.m.Holds[owner] > 0 &&
+		h.m.AcquireLatches[a.AcquireID].State == model.LatchGranted
 	if position {
 		fok, fttl, ftok, fahead, ferr = h.faithful.Fair().TryLockWaitAhead(h.ctx, h.rdb, h.fk, a)
 		sok, sttl, stok, sahead, serr = h.scalable.Fair().TryLockWaitAhead(h.ctx, h.rdb, h.sk, a)
@@ -209,6 +216,11 @@ func (h *scHarness) tryLockWait(t *rapid.T, owner string) {
 	}
 	if !fok && !slices.Contains(h.f.Queue, owner) {
 		h.slot[owner] = a.WaitMs
+	}
+	if claims && sok {
+		ms := func(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
+		h.noErr(t, "pexpire", h.rdb.PExpire(h.ctx, h.fk.Name, ms(a.LeaseMs)).Err(),
+			h.rdb.PExpire(h.ctx, h.fk.AcquireLatch(a.AcquireID), ms(max(a.LatchMs, 1))).Err())
 	}
 	h.end(t, "tryLockWait "+owner)
 }
