@@ -94,6 +94,7 @@ func scalableMachine(b backend, scripts *wire.ScalableScripts, c *counts) func(*
 			}},
 			{"persistLease", 1, h.actPersist},
 			{"reentrantForceUnlock", 1, h.actPlainForceUnlock},
+			{"abandon", 1, h.actAbandon},
 		}))
 	}
 }
@@ -275,6 +276,31 @@ func (h *scHarness) actAcquireFailed(t *rapid.T) {
 	h.m.FairAcquireFailed(h.server, owner, wait, a.GraceMs)
 	h.noErr(t, "acquireFailed", h.faithful.FairAcquireFailed(h.ctx, h.rdb, h.fk, a), h.scalable.AcquireFailed(h.ctx, h.rdb, h.sk, a))
 	h.end(t, "acquireFailed "+owner)
+}
+
+// actAbandon gives a request up (abandon.lua, as a client leaving a wait
+// does before it leaves the queue): mostly a queued waiter's last request,
+// which a release must then not grant (its latch exists).
+func (h *scHarness) actAbandon(t *rapid.T) {
+	owner := h.owner(t)
+	if len(h.m.Queue) > 0 && rapid.IntRange(0, 3).Draw(t, "queued") > 0 {
+		owner = h.queued(t)
+	}
+	req := h.lastAcq[owner]
+	if req == "" {
+		t.Skip("no request of this owner")
+	}
+	a := wire.Args{Owner: owner, AcquireID: req, LatchMs: h.dur(t, "abandon latch", 1, 40)}
+	fr, ferr := wire.Default().Abandon(h.ctx, h.rdb, h.fk, a)
+	sr, serr := wire.Default().Abandon(h.ctx, h.rdb, h.sk, a)
+	h.noErr(t, "abandon", ferr, serr)
+	if mr := h.m.Abandon(h.server, owner, req, a.LatchMs); mr != sr {
+		t.Fatalf("abandon %s by %s: model %v, scalable %v", req, owner, mr, sr)
+	}
+	if fr != sr {
+		t.Fatalf("abandon %s by %s: Redisson engine %v, scalable %v", req, owner, fr, sr)
+	}
+	h.end(t, "abandon "+req+" by "+owner)
 }
 
 func (h *scHarness) unlock(t *rapid.T, owner string) {
