@@ -282,7 +282,7 @@ func TestNoBusyPollingBehindFreeLock(t *testing.T) {
 		name := redistest.Prefix(t) + "lock"
 		waiterRDB := b.Client(t)
 		var evals atomic.Int64
-		waiterRDB.AddHook(countHook{&evals})
+		waiterRDB.AddHook(countHook{n: &evals})
 		c := newClient(t, waiterRDB, fairlock.WithHeadGrace(time.Minute))
 		e.dead(t, rdb, name, "slow-head:1", 5*time.Minute) // the lock is free, this head is not coming
 		m := newMutex(t, c, name, e.opt)
@@ -308,13 +308,22 @@ func TestNoBusyPollingBehindFreeLock(t *testing.T) {
 	})
 }
 
-type countHook struct{ n *atomic.Int64 }
+// countHook counts the scripts a client sends: every EVAL/EVALSHA, or with
+// sha set only that script's (by its hash, or by the file name its EVAL
+// source names).
+type countHook struct {
+	n    *atomic.Int64
+	sha  string
+	file string
+}
 
 func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
-			h.n.Add(1)
+		if a := cmd.Args(); len(a) > 1 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
+			if s, _ := a[1].(string); h.sha == "" || s == h.sha || strings.Contains(s, h.file) {
+				h.n.Add(1)
+			}
 		}
 		return next(ctx, cmd)
 	}

@@ -17,27 +17,6 @@ import (
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
-// tryWaitHook counts the fair_try_lock_wait scripts a client sends.
-type tryWaitHook struct {
-	n   *atomic.Int64
-	sha string
-}
-
-func (h tryWaitHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h tryWaitHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 1 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
-			if s, _ := a[1].(string); s == h.sha || strings.Contains(s, "fair_try_lock_wait.lua") {
-				h.n.Add(1)
-			}
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h tryWaitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // Issue 23: the scalable engine's release grants the lock to the live head
 // directly; the head returns from Lock on the grant message without running
 // its acquisition script again, with the next fencing token, and then claims
@@ -55,7 +34,7 @@ func TestScalableHandoffGrantsWithoutAScript(t *testing.T) {
 
 		waiterRDB := b.Client(t)
 		var tries atomic.Int64
-		waiterRDB.AddHook(tryWaitHook{&tries, wire.ScalableDefault().Script(wire.FileFairTryLockWait).Hash()})
+		waiterRDB.AddHook(countHook{n: &tries, sha: wire.ScalableDefault().Script(wire.FileFairTryLockWait).Hash(), file: wire.FileFairTryLockWait})
 		waiter := newMutex(t, newClient(t, waiterRDB, fairlock.WithHeadGrace(grace)), name, opt)
 		type res struct {
 			tok int64
