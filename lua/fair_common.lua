@@ -112,7 +112,7 @@ end
 local function begin()
     local head, second = q_check()
     if not head and CROSS then
-        if not GRACE_READ and redis.call('exists', QUEUE, TIMEOUTS, SQUEUE, GRACE) == 0 then
+        if not GRACE_READ and (FAST_QUEUED or redis.call('exists', QUEUE, TIMEOUTS, SQUEUE, GRACE)) == 0 then
             OTHER_READ, OTHER_H, OTHER_S = true, nil, nil
             GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND = true, nil, nil, nil
             return nil, nil, nil

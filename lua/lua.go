@@ -13,7 +13,8 @@
 // A script is sent to Redis with the shared parts it uses in front of it
 // (latch_common.lua; for the fair-lock scripts, the fencing token
 // fair_token.lua, for the two tryLock scripts their fast path
-// fair_fast_take.lua, one engine's queue operations, queue_redisson.lua or
+// fair_fast_take.lua, for fair_unlock.lua its fast path fair_fast_unlock.lua,
+// one engine's queue operations, queue_redisson.lua or
 // queue_scalable.lua, the lock's resource res_lock.lua and fair_common.lua;
 // for the fair semaphore's sem_fair_*.lua, fair_token.lua,
 // queue_scalable.lua, res_sem.lua and fair_common.lua). The fair semaphore

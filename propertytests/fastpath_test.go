@@ -30,7 +30,9 @@ import (
 // so the script takes the full path it had before.
 var fastPathsOff = []struct{ old, new string }{
 	{"if FAST_FREE and redis.call('exists', KEYS[2], KEYS[3], KEYS[4], KEYS[8]) == 0 then", "if false then"},
-	{"if not GRACE_READ and redis.call('exists', QUEUE, TIMEOUTS, SQUEUE, GRACE) == 0 then", "if false then"},
+	{"if not GRACE_READ and (FAST_QUEUED or redis.call('exists', QUEUE, TIMEOUTS, SQUEUE, GRACE)) == 0 then", "if false then"},
+	{"if FAST_QUEUED == 0 and redis.call('hget', KEYS[1], ARGV[3]) == '1' then", "if false then"},
+	{"elseif held ~= '1' and redis.call('hincrby', lock, owner, -1) > 0 then", "elseif redis.call('hincrby', lock, owner, -1) > 0 then"},
 	{"if count ~= '1' then", "if true then"},
 	{"    if redis.call('exists', queue, squeue) == 0 then\n        return\n    end\n", ""},
 }
@@ -121,6 +123,37 @@ var fastStates = []fastState{
 	}},
 	{"the acquisition abandoned", func(ctx context.Context, rdb *redis.Client, k wire.Keys, _ wire.FairSet, _ func(string) wire.Args) error {
 		return rdb.Set(ctx, k.AcquireLatch("a-cA:1"), "void", 10*time.Second).Err()
+	}},
+	// the fair release's fast path looks at the queue keys only for a holder
+	{"held by the caller, a grace key left with no queue (a Java take)", func(ctx context.Context, rdb *redis.Client, k wire.Keys, fs wire.FairSet, a func(string) wire.Args) error {
+		if _, err := fs.TryLock(ctx, rdb, k, a("cA:1")); err != nil {
+			return err
+		}
+		return rdb.Set(ctx, k.Grace(), "cX:1", 65*time.Second).Err()
+	}},
+	{"held by the caller, an orphan deadline", func(ctx context.Context, rdb *redis.Client, k wire.Keys, fs wire.FairSet, a func(string) wire.Args) error {
+		if _, err := fs.TryLock(ctx, rdb, k, a("cA:1")); err != nil {
+			return err
+		}
+		return rdb.ZAdd(ctx, k.Timeouts, redis.Z{Score: 1_000_000_500_000, Member: "cX:1"}).Err()
+	}},
+	{"held by the caller, a scalable queue hash without ends", func(ctx context.Context, rdb *redis.Client, k wire.Keys, fs wire.FairSet, a func(string) wire.Args) error {
+		if _, err := fs.TryLock(ctx, rdb, k, a("cA:1")); err != nil {
+			return err
+		}
+		return rdb.HSet(ctx, k.ScalableQueue(), "n:cX:1", "").Err()
+	}},
+	{"held by the caller, the release already latched", func(ctx context.Context, rdb *redis.Client, k wire.Keys, fs wire.FairSet, a func(string) wire.Args) error {
+		if _, err := fs.TryLock(ctx, rdb, k, a("cA:1")); err != nil {
+			return err
+		}
+		return rdb.Set(ctx, k.Latch("r-cA:1"), "0", 10*time.Second).Err()
+	}},
+	{"held by the caller with a second key in the hash", func(ctx context.Context, rdb *redis.Client, k wire.Keys, fs wire.FairSet, a func(string) wire.Args) error {
+		if _, err := fs.TryLock(ctx, rdb, k, a("cA:1")); err != nil {
+			return err
+		}
+		return rdb.HSet(ctx, k.Name, "cZ:9", "2").Err()
 	}},
 	{"a waiter queued behind a holder", func(ctx context.Context, rdb *redis.Client, k wire.Keys, fs wire.FairSet, a func(string) wire.Args) error {
 		if _, err := fs.TryLock(ctx, rdb, k, a("cB:1")); err != nil {
@@ -365,20 +398,24 @@ func TestFastPathsMatchFullPaths(t *testing.T) {
 
 // A fast path that keeps the grace key a Java take left behind differs from
 // the full path only in a state the machines never build: this test must
-// catch it.
+// catch it, in the release's begin (forceUnlock, acquireFailed) and in the
+// fair release's own fast path.
 func TestFastPathsMatchFullPathsCatchesAStaleGrace(t *testing.T) {
 	full, fullSc := fullPathScripts(t)
-	edit := func(_, src string) string {
-		return strings.ReplaceAll(src, "redis.call('exists', QUEUE, TIMEOUTS, SQUEUE, GRACE) == 0", "redis.call('exists', QUEUE, TIMEOUTS, SQUEUE) == 0")
-	}
-	for _, be := range []func(testing.TB) *redistest.Backend{redistest.Mini, redistest.Real} {
-		b := be(t)
-		t.Run(b.Name, func(t *testing.T) {
-			got := fastPathMismatches(t, b, wire.Edit(edit), wire.EditScalable(edit), full, fullSc)
-			if len(got) == 0 {
-				t.Fatal("a release that keeps a stale grace key was not caught")
-			}
-			t.Logf("caught, %d mismatches; the first: %s", len(got), got[0])
-		})
+	for _, v := range []struct{ name, old, new string }{
+		{"begin", "redis.call('exists', QUEUE, TIMEOUTS, SQUEUE, GRACE)", "redis.call('exists', QUEUE, TIMEOUTS, SQUEUE)"},
+		{"fast unlock", "redis.call('exists', KEYS[2], KEYS[3], KEYS[6], KEYS[7])", "redis.call('exists', KEYS[2], KEYS[3], KEYS[6])"},
+	} {
+		edit := func(_, src string) string { return strings.ReplaceAll(src, v.old, v.new) }
+		for _, be := range []func(testing.TB) *redistest.Backend{redistest.Mini, redistest.Real} {
+			b := be(t)
+			t.Run(v.name+"/"+b.Name, func(t *testing.T) {
+				got := fastPathMismatches(t, b, wire.Edit(edit), wire.EditScalable(edit), full, fullSc)
+				if len(got) == 0 {
+					t.Fatal("a release that keeps a stale grace key was not caught")
+				}
+				t.Logf("caught, %d mismatches; the first: %s", len(got), got[0])
+			})
+		}
 	}
 }

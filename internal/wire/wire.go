@@ -166,12 +166,13 @@ const (
 	FileAbandon           = "abandon.lua"
 	FileFairState         = "fair_state.lua" // read-only, both engines, no prepended parts
 	// FileFencedAcquire is in fenced.go.
-	fileFairCommon    = "fair_common.lua"
-	fileFairToken     = "fair_token.lua"     // the fencing token, after latch_common.lua wherever fair_common.lua runs
-	fileFairFastTake  = "fair_fast_take.lua" // the fair tryLock scripts' fast path, before the queue operations
-	fileResLock       = "res_lock.lua"       // the fair lock's resource, in front of fair_common.lua
-	fileQueueRedisson = "queue_redisson.lua"
-	fileLatchCommon   = "latch_common.lua"
+	fileFairCommon     = "fair_common.lua"
+	fileFairToken      = "fair_token.lua"       // the fencing token, after latch_common.lua wherever fair_common.lua runs
+	fileFairFastTake   = "fair_fast_take.lua"   // the fair tryLock scripts' fast path, before the queue operations
+	fileFairFastUnlock = "fair_fast_unlock.lua" // the fair unlock's latch check and fast path, before the queue operations
+	fileResLock        = "res_lock.lua"         // the fair lock's resource, in front of fair_common.lua
+	fileQueueRedisson  = "queue_redisson.lua"
+	fileLatchCommon    = "latch_common.lua"
 )
 
 // Files lists every script, in a fixed order.
@@ -201,15 +202,19 @@ func Source(file string) string {
 	if !strings.HasPrefix(file, "fair_") {
 		return mustRead(fileLatchCommon) + string(body)
 	}
-	return mustRead(fileLatchCommon) + mustRead(fileFairToken) + fastTake(file) + mustRead(fileQueueRedisson) + mustRead(fileResLock) + mustRead(fileFairCommon) + string(body)
+	return mustRead(fileLatchCommon) + mustRead(fileFairToken) + fastPath(file) + mustRead(fileQueueRedisson) + mustRead(fileResLock) + mustRead(fileFairCommon) + string(body)
 }
 
-// fastTake is the fast path of a fair acquisition (fair_fast_take.lua) for
-// the two fair tryLock scripts, "" for the others: it runs before the rest
-// of the script's functions are defined (issue 23).
-func fastTake(file string) string {
-	if file == FileFairTryLock || file == FileFairTryLockWait {
+// fastPath is the fast path of a fair acquisition (fair_fast_take.lua) for
+// the two fair tryLock scripts, of a fair release (fair_fast_unlock.lua) for
+// fair_unlock.lua, "" for the others: it runs before the rest of the
+// script's functions are defined (issue 23).
+func fastPath(file string) string {
+	switch file {
+	case FileFairTryLock, FileFairTryLockWait:
 		return mustRead(fileFairFastTake)
+	case FileFairUnlock:
+		return mustRead(fileFairFastUnlock)
 	}
 	return ""
 }
