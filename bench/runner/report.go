@@ -163,7 +163,7 @@ func (r *Results) Markdown(w io.Writer) {
 	}
 	r.semMarkdown(w)
 	r.seatsMarkdown(w)
-	r.issue14(w)
+	r.issue23(w)
 	r.targets(w)
 	p("### Library configurations\n\n")
 	for _, l := range r.libs {
