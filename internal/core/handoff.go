@@ -30,10 +30,15 @@ import (
 // claims the grant (sets the full lease) and replies held once; its
 // validity then counts from that attempt's send, as any take's.
 //
-// The claim. After returning, the hold's owner renews the key to its full
-// lease (the watchdog's, or the explicit one) in the background, retried
-// until the grant's validity ends; its confirmation moves the validity to
-// the claim's send + lease − drift. A claim that finds the lock gone ends the
+// The claim. When the grant's TTL is shorter than the hold's lease (the
+// watchdog's, or a longer explicit one), the hold's owner renews the key to
+// its full lease in the background, retried until the grant's validity
+// ends; its confirmation moves the validity to the claim's send + lease −
+// drift. The claim starts a third of the way into what is left of the
+// grant's validity, and only if the hold is still current then: a short
+// hold (released before) costs no claim at all, which is one script less
+// per handoff (issue 23), and two thirds of the validity remain for the
+// claim's retries. A claim that finds the lock gone ends the
 // hold as lost. A head that never claims (dead) holds the lock no longer than
 // the grant's TTL, min(lease, 2 graces): then the key expires and the next
 // waiter, woken by the release as the new head, takes it.
@@ -84,19 +89,36 @@ func (q *acquisition) takeGrant(p string) (bool, error) {
 		*q.o.Token = g.Token
 	}
 	q.suspect = false
-	m.claim(leaseMs, until)
+	m.claim(leaseMs, g.TTLMs, until)
 	return true, nil
 }
 
 // claim sets the current hold's key to its full lease (leaseMs) in the
-// background, retried until the grant's validity (until) ends.
-func (m *Mutex) claim(leaseMs int64, until time.Time) {
+// background, retried until the grant's validity (until) ends; it starts a
+// third of the way to until, if the hold is still current then. ttlMs: the
+// grant's TTL; a lease no longer than it needs no claim.
+func (m *Mutex) claim(leaseMs, ttlMs int64, until time.Time) {
+	if leaseMs <= ttlMs {
+		return // the grant set the hold's whole lease
+	}
 	m.mu.Lock()
 	h := m.cur
 	m.mu.Unlock()
 	if h == nil {
 		return
 	}
+	time.AfterFunc(time.Until(until)/3, func() {
+		m.mu.Lock()
+		current := m.cur == h
+		m.mu.Unlock()
+		if current && !m.S.closed.Load() {
+			m.claimNow(h, leaseMs, until)
+		}
+	})
+}
+
+// claimNow is claim's renewal of hold h.
+func (m *Mutex) claimNow(h *hold, leaseMs int64, until time.Time) {
 	m.S.runCleanup(until, false, func(ctx context.Context) error {
 		ctx, cancel := context.WithDeadline(ctx, until)
 		defer cancel()
