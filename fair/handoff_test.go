@@ -273,3 +273,57 @@ func TestScalableGrantValidityIsConservative(t *testing.T) {
 		require.NoError(t, waiter.Unlock(ctx))
 	})
 }
+
+// Issue 23: after a handoff the new head and the waiter behind it are
+// woken with the reply their attempt would get (the lock is held by the
+// grantee): they re-arm their timers and report their new places without
+// running a script.
+func TestScalableHandoffWakesTheNextWithoutAScript(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		rdb := b.Client(t)
+		name := redistest.Prefix(t) + "lock"
+		opt := fair.WithEngine(fair.Scalable)
+		grace := 30 * time.Second // no waiter's timer runs out during the test
+		holder := newMutex(t, newClient(t, rdb, fairlock.WithHeadGrace(grace)), name, opt)
+		require.NoError(t, holder.Lock(ctx))
+
+		sha := wire.ScalableDefault().Script(wire.FileFairTryLockWait).Hash()
+		const n = 3
+		ms := make([]*fair.Mutex, n)
+		tries := make([]*atomic.Int64, n)
+		recs := make([]*positions, n)
+		results := make([]chan error, n)
+		for i := range n {
+			wrdb := b.Client(t)
+			tries[i], recs[i], results[i] = new(atomic.Int64), &positions{}, make(chan error, 1)
+			wrdb.AddHook(countHook{n: tries[i], sha: sha, file: wire.FileFairTryLockWait})
+			ms[i] = newMutex(t, newClient(t, wrdb, fairlock.WithHeadGrace(grace)), name, opt)
+			go func() {
+				_, err := ms[i].Acquire(ctx, fair.AcquireOptions{Wait: fair.Forever, Position: recs[i].add})
+				results[i] <- err
+			}()
+			engineCases[1].waitQueued(t, rdb, name, i+1)
+			// the join, and the re-check after subscribing: then it sleeps
+			recs[i].next(t, 1, "the re-check after subscribing")
+		}
+		before := []int64{tries[1].Load(), tries[2].Load()}
+		t0 := time.Now()
+		require.NoError(t, holder.Unlock(ctx))
+		require.NoError(t, <-results[0], "the head takes the grant")
+		assert.Equal(t, 0, recs[1].since(t, t0, "the new head's note").Ahead)
+		assert.Equal(t, 1, recs[2].since(t, t0, "the new second's note").Ahead)
+		assert.Equal(t, before, []int64{tries[1].Load(), tries[2].Load()},
+			"the new head and second ran no acquisition script after the handoff")
+
+		// the rest of the queue drains in order
+		require.NoError(t, ms[0].Unlock(ctx))
+		require.NoError(t, <-results[1])
+		require.NoError(t, ms[1].Unlock(ctx))
+		require.NoError(t, <-results[2])
+		require.NoError(t, ms[2].Unlock(ctx))
+		for i := range n {
+			checkMonotone(t, ms[i].Owner(), recs[i].all())
+		}
+	})
+}

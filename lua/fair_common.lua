@@ -95,9 +95,10 @@ end
 local function front()
     local head, second = q_front()
     if not head and CROSS then
-        return other_front()
+        local h, s = other_front()
+        return h, s, true
     end
-    return head, second
+    return head, second, false
 end
 
 -- begin, after a script's refusal and latch checks: the queue is checked
@@ -250,6 +251,38 @@ local function wake(owner)
     redis.call(PUBCMD, CHANNEL .. ':' .. owner, MESSAGE)
 end
 
+-- wake_front wakes owner, the head or (second) the waiter behind it, in
+-- finish. On the scalable engine's lock (HANDOFF, RES_NOTES; not for the
+-- other engine's waiters a release wakes, other), a waiter woken while the
+-- lock is held would only run an attempt that changes nothing and replies
+-- how long to sleep (reply: the lock's PTTL, for the second at most the
+-- grace) and where it stands (q_ahead). The message carries that instead,
+-- "s:<sleep ms>:<ahead>", and the waiter's client re-arms its timer with
+-- it (never later than it was set) without a script (issue 23: the failed
+-- attempts of the new head and second after a handoff).
+-- sleep_held is a queued waiter's sleep while the lock is held (pttl:
+-- res_blocked's answer; second: the waiter is right behind the head): the
+-- lock's PTTL (-1: no expiry), for the second at most the grace, so that it
+-- notices a dead head soon after a release even if a wake-up is lost.
+local function sleep_held(pttl, grace, second)
+    if grace > 0 and second and (pttl < 0 or pttl > grace) then
+        return grace
+    end
+    return pttl
+end
+
+local function wake_front(owner, second, grace, other)
+    if HANDOFF and RES_NOTES and not other then
+        local pttl = res_blocked(owner)
+        if pttl then
+            redis.call(PUBCMD, CHANNEL .. ':' .. owner,
+                's:' .. sleep_held(pttl, grace, second) .. ':' .. q_ahead(owner))
+            return
+        end
+    end
+    wake(owner)
+end
+
 -- Direct handoff (issue 23; the scalable engine only: on the Redisson
 -- engine q_grant_note never has a note). A release that leaves the lock
 -- free grants it to the live head (after prune) itself: what the head's own
@@ -302,7 +335,7 @@ end
 -- started; freed: the lock became free or its lease was cut short in this
 -- script.
 local function finish(caller, head0, second0, freed, grace)
-    local head, second = front()
+    local head, second, other = front()
     local started = false
     if head and res_free(head) then
         local graced, left, again = grace_read()
@@ -319,10 +352,10 @@ local function finish(caller, head0, second0, freed, grace)
         grace_clear() -- no grace unless the lock is free with a head
     end
     if head and head ~= caller and (freed or started or head ~= head0) then
-        wake(head)
+        wake_front(head, false, grace, other)
     end
     if second and second ~= caller and (freed or started or second ~= second0) then
-        wake(second)
+        wake_front(second, true, grace, other)
     end
     return head, second
 end
@@ -342,10 +375,7 @@ end
 local function reply(owner, now, grace, head, second)
     local pttl = res_blocked(head or owner)
     if pttl then
-        if grace > 0 and second == owner and (pttl < 0 or pttl > grace) then
-            return grace
-        end
-        return pttl
+        return sleep_held(pttl, grace, second == owner)
     end
     if not head or head == owner then
         return 1

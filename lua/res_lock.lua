@@ -23,6 +23,11 @@
 
 local LOCK
 
+-- RES_NOTES: a waiter woken while the lock is held is sent its sleep
+-- instead of a wake-up, on an engine that hands off (fair_common.lua's
+-- wake_front; the semaphore's resource says false).
+local RES_NOTES = true
+
 local function res_init(lock)
     LOCK = lock
 end

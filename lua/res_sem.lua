@@ -33,6 +33,7 @@
 -- that reclaims wakes the front of the queue, as a release does.
 
 local HOLDERS, LEASES, PERMITS, QUEUE, WANTS
+local RES_NOTES = false -- fair_common.lua's wake_front: plain wake-ups
 local NOW       -- the server clock, Unix ms
 local POOL      -- the pool, nil when not set
 local USED      -- permits held by holders whose lease has not ended

@@ -1,8 +1,10 @@
 package model
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // The fair lock (Redisson's RFairLock) adds a FIFO queue to the reentrant
@@ -442,11 +444,83 @@ func (l *Lock) finish(server int64, caller, head0, second0 string, freed bool, g
 		}
 	}
 	if head != "" && head != caller && (freed || started || head != head0) {
-		l.publish(l.names.WaiterChannel(head))
+		l.wakeFront(server, head, false, graceMs)
 	}
 	if second != "" && second != caller && (freed || started || second != second0) {
-		l.publish(l.names.WaiterChannel(second))
+		l.wakeFront(server, second, true, graceMs)
 	}
+}
+
+// wakeFront wakes owner, the head or (second) the waiter behind it. On the
+// scalable engine (Handoff), a waiter woken while the lock is held is sent
+// the reply its attempt would get instead, SleepMessage: how long to sleep
+// (the lock's PTTL, for the second at most the grace) and its place (the
+// join-sequence Ahead); its client re-arms its timer without a script.
+func (l *Lock) wakeFront(server int64, owner string, second bool, graceMs int64) {
+	pttl := l.PTTL(server)
+	if !l.Handoff || pttl == NoLock {
+		l.publish(l.names.WaiterChannel(owner))
+		return
+	}
+	if graceMs > 0 && second && (pttl == NoExpiry || pttl > graceMs) {
+		pttl = graceMs
+	}
+	_, ahead := l.Ahead(owner)
+	l.Published = append(l.Published, Message{Channel: l.names.WaiterChannel(owner), Payload: SleepMessage(pttl, ahead)})
+}
+
+// SleepMessage is the payload of a wake-up that carries its reply (the
+// scalable engine, issue 23): "s:<sleep ms>:<ahead>".
+func SleepMessage(sleepMs, ahead int64) string {
+	return "s:" + strconv.FormatInt(sleepMs, 10) + ":" + strconv.FormatInt(ahead, 10)
+}
+
+// ParseSleepMessage reads a SleepMessage payload.
+func ParseSleepMessage(p string) (sleepMs, ahead int64, ok bool) {
+	rest, found := strings.CutPrefix(p, "s:")
+	if !found {
+		return 0, 0, false
+	}
+	a, b, found := strings.Cut(rest, ":")
+	if !found {
+		return 0, 0, false
+	}
+	s, err1 := strconv.ParseInt(a, 10, 64)
+	n, err2 := strconv.ParseInt(b, 10, 64)
+	return s, n, err1 == nil && err2 == nil
+}
+
+// CheckSleepMessage checks a SleepMessage published to owner in a step
+// that left the lock as after (at server time), against the promise a
+// note replaces a wake-up with: the lock is held (a free lock gets a
+// wake-up, so the head takes it), the waiter is the head or the one behind
+// it, it is not told to sleep past the lock's expiry (slack: the
+// comparison's tolerance), the one behind the head not past the grace
+// either (so it notices a dead head), and its place is its join-sequence
+// Ahead.
+func CheckSleepMessage(after *Lock, server int64, owner, payload string, graceMs, slack int64) error {
+	sleep, ahead, ok := ParseSleepMessage(payload)
+	if !ok {
+		return fmt.Errorf("malformed sleep message %q to %s", payload, owner)
+	}
+	pttl := after.PTTL(server)
+	head, second := front(after.Queue)
+	switch {
+	case pttl == NoLock:
+		return fmt.Errorf("sleep message %q to %s while the lock is free", payload, owner)
+	case owner != head && owner != second:
+		return fmt.Errorf("sleep message %q to %s, not at the front of %v", payload, owner, after.Queue)
+	case sleep < 0 && (sleep != NoExpiry || pttl != NoExpiry):
+		return fmt.Errorf("sleep message %q to %s: negative sleep, lock PTTL %d", payload, owner, pttl)
+	case sleep >= 0 && pttl != NoExpiry && sleep > pttl+slack:
+		return fmt.Errorf("sleep message %q to %s: past the lock's expiry (PTTL %d)", payload, owner, pttl)
+	case owner == second && graceMs > 0 && (sleep < 0 || sleep > graceMs):
+		return fmt.Errorf("sleep message %q to %s, behind the head: beyond the grace %d", payload, owner, graceMs)
+	}
+	if _, want := after.Ahead(owner); ahead != want {
+		return fmt.Errorf("sleep message %q to %s: ahead %d, its join sequence says %d", payload, owner, ahead, want)
+	}
+	return nil
 }
 
 // reply is a queued owner's sleep bound (see FairTryLockWait).

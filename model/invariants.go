@@ -191,6 +191,11 @@ func (h *History) Observe(s Step) error {
 	woken := map[string]bool{}
 	for _, m := range s.Published {
 		switch {
+		case fair && strings.HasPrefix(m.Payload, "s:") && strings.HasPrefix(m.Channel, names.Channel+":"):
+			// a wake-up that carries its reply (the scalable engine)
+			if err := CheckSleepMessage(after, s.Server, strings.TrimPrefix(m.Channel, names.Channel+":"), m.Payload, s.GraceMs, h.Slack); err != nil {
+				add("%v", err)
+			}
 		case m.Payload != UnlockMessage:
 			add("published %q on %s", m.Payload, m.Channel)
 		case s.Op == OpTime:

@@ -378,3 +378,39 @@ func TestHistoryCatchesAnOversleepingHead(t *testing.T) {
 	err = h.Observe(Step{Op: OpTime, Server: server, Before: before, After: l.Clone()})
 	require.ErrorContains(t, err, "103 sleeps until 5300, but it is the head of a free lock at 1300")
 }
+
+// CheckSleepMessage is the promise a wake-up that carries its reply keeps
+// (issue 23); each wrong message below breaks one part of it.
+func TestCheckSleepMessage(t *testing.T) {
+	l := New("lk")
+	l.Handoff = true
+	const server = int64(1_000)
+	l.Holds["h:1"] = 1
+	l.LeaseEnd = server + 8_000
+	l.Queue = []string{"a:1", "b:1", "c:1"}
+	l.Seqs = map[string]int64{"a:1": 4, "b:1": 5, "c:1": 7} // one gap between b and c
+	const grace = 2_000
+	require.NoError(t, CheckSleepMessage(l, server, "a:1", SleepMessage(8_000, 0), grace, 0))
+	require.NoError(t, CheckSleepMessage(l, server, "b:1", SleepMessage(2_000, 1), grace, 0))
+	require.NoError(t, CheckSleepMessage(l, server, "b:1", SleepMessage(8_000, 1), 0, 0), "no grace: the PTTL bounds it")
+	for _, c := range []struct {
+		owner, payload, want string
+		grace                int64
+	}{
+		{"b:1", SleepMessage(8_000, 1), "beyond the grace", grace},
+		{"a:1", SleepMessage(8_001, 0), "past the lock's expiry", grace},
+		{"a:1", SleepMessage(-1, 0), "negative sleep", grace},
+		{"c:1", SleepMessage(1_000, 3), "not at the front", grace},
+		{"a:1", SleepMessage(1_000, 1), "join sequence says 0", grace},
+		{"a:1", "s:1000", "malformed", grace},
+	} {
+		assert.ErrorContains(t, CheckSleepMessage(l, server, c.owner, c.payload, c.grace, 0), c.want, c.payload)
+	}
+	free := l.Clone()
+	clear(free.Holds)
+	assert.ErrorContains(t, CheckSleepMessage(free, server, "a:1", SleepMessage(1, 0), grace, 0), "while the lock is free")
+	forever := l.Clone()
+	forever.LeaseEnd = NoExpiry
+	require.NoError(t, CheckSleepMessage(forever, server, "a:1", SleepMessage(NoExpiry, 0), grace, 0))
+	assert.ErrorContains(t, CheckSleepMessage(forever, server, "b:1", SleepMessage(NoExpiry, 1), grace, 0), "beyond the grace")
+}

@@ -92,6 +92,7 @@ type counts struct {
 	pruned           int // waiters removed without taking the lock or giving up
 	positions        int // queue positions compared (scalable and fair semaphore machines)
 	grants           int // direct handoffs (the scalable machine)
+	sleepNotes       int // wake-ups that carried their reply (the scalable machine)
 }
 
 func (c *counts) String() string {

@@ -55,6 +55,9 @@ type scHarness struct {
 	slot    map[string]int64
 	c       *counts
 	granted string // the head the last unlock granted the lock to ("": none)
+	// stepGrace is the grace the step's script was called with (0: none
+	// given), for the check of the sleep messages it published.
+	stepGrace int64
 }
 
 func scalableMachine(b backend, scripts *wire.ScalableScripts, c *counts) func(*rapid.T) {
@@ -134,6 +137,7 @@ func (h *scHarness) holderOr(t *rapid.T) string {
 }
 
 func (h *scHarness) args(owner string, lease, wait int64) wire.Args {
+	h.stepGrace = h.grace[clientOf(owner)]
 	return wire.Args{Owner: owner, LeaseMs: lease, WaitMs: wait, NowMs: h.now(owner), GraceMs: h.grace[clientOf(owner)]}
 }
 
@@ -273,6 +277,7 @@ func (h *scHarness) actAcquireFailed(t *rapid.T) {
 		wait = h.wait(t)
 	}
 	a := wire.Args{Owner: owner, WaitMs: wait, GraceMs: h.grace[clientOf(owner)]}
+	h.stepGrace = a.GraceMs
 	h.m.FairAcquireFailed(h.server, owner, wait, a.GraceMs)
 	h.noErr(t, "acquireFailed", h.faithful.FairAcquireFailed(h.ctx, h.rdb, h.fk, a), h.scalable.AcquireFailed(h.ctx, h.rdb, h.sk, a))
 	h.end(t, "acquireFailed "+owner)
@@ -356,12 +361,14 @@ func (h *scHarness) unlock(t *rapid.T, owner string) {
 				h.rdb.PExpire(h.ctx, h.fk.AcquireLatch(note.RequestID), ms(max(note.LatchMs, g.TTLMs))).Err())
 		}
 	}
+	h.stepGrace = a.GraceMs // the scalable engine's messages are the unlock's (the take above ran on the other engine)
 	h.end(t, "unlock "+owner)
 }
 
 func (h *scHarness) actForceUnlock(t *rapid.T) {
 	c := rapid.SampledFrom(clients).Draw(t, "client")
 	a := wire.Args{NowMs: h.client + h.skew[c], GraceMs: h.grace[c]}
+	h.stepGrace = a.GraceMs
 	fr, ferr := h.faithful.FairForceUnlock(h.ctx, h.rdb, h.fk, a)
 	sr, serr := h.scalable.ForceUnlock(h.ctx, h.rdb, h.sk, a)
 	h.noErr(t, "forceUnlock", ferr, serr)
@@ -446,6 +453,17 @@ func (h *scHarness) end(t *rapid.T, what string) {
 	if err := h.compare(f, s, fpub, spub, granted != ""); err != nil {
 		t.Fatalf("after %s: the engines differ: %v\nRedisson engine: %v\nscalable:        %v", what, err, f, s)
 	}
+	// A wake-up that carries its reply keeps the promise of the attempt it
+	// replaces (model.CheckSleepMessage), on what Redis holds.
+	for _, m := range spub {
+		if strings.HasPrefix(m.Payload, "s:") {
+			h.c.sleepNotes++
+			if err := model.CheckSleepMessage(s, h.server, strings.TrimPrefix(m.Channel, h.sk.Channel+":"), m.Payload, h.stepGrace, h.tol); err != nil {
+				t.Fatalf("after %s: %v\nscalable: %v", what, err, s)
+			}
+		}
+	}
+	h.stepGrace = 0
 	h.m.Advance(h.server)
 	if err := h.compareModel(s, spub); err != nil {
 		t.Fatalf("after %s: the scalable engine differs from the model: %v\nmodel:    %v\nscalable: %v", what, err, h.m, s)
@@ -496,7 +514,11 @@ func (h *scHarness) compare(f, s *model.Lock, fpub, spub []model.Message, grante
 	strip := func(ms []model.Message, prefix string) []string {
 		var out []string
 		for _, m := range ms {
-			out = append(out, strings.TrimPrefix(m.Channel, prefix)+"="+m.Payload)
+			p := m.Payload
+			if strings.HasPrefix(p, "s:") {
+				p = model.UnlockMessage // a wake-up that carries its reply (scalable engine)
+			}
+			out = append(out, strings.TrimPrefix(m.Channel, prefix)+"="+p)
 		}
 		if granted {
 			for i, m := range ms {
@@ -557,10 +579,24 @@ func (h *scHarness) compareModel(s *model.Lock, spub []model.Message) error {
 	}
 	want := m.Published[h.mPub:]
 	h.mPub = len(m.Published)
-	if !slices.Equal(want, spub) {
+	if !slices.EqualFunc(want, spub, h.sameMessage) {
 		return fmt.Errorf("published %v, model %v", spub, want)
 	}
 	return nil
+}
+
+// sameMessage compares a message of the model with one from Redis: a sleep
+// message's sleep comes from the server's clock (within the tolerance).
+func (h *scHarness) sameMessage(want, got model.Message) bool {
+	if want.Channel != got.Channel {
+		return false
+	}
+	ws, wa, wok := model.ParseSleepMessage(want.Payload)
+	gs, ga, gok := model.ParseSleepMessage(got.Payload)
+	if wok && gok {
+		return wa == ga && h.within(ws, gs)
+	}
+	return want.Payload == got.Payload
 }
 
 func (h *scHarness) check(t *rapid.T) {
@@ -750,7 +786,7 @@ func TestScalableRedisServer(t *testing.T) { checkScalable(t, newRealBackend(t))
 func checkScalable(t *testing.T, b backend) {
 	var c counts
 	rapid.Check(t, scalableMachine(b, wire.ScalableDefault(), &c))
-	t.Logf("%v; %d notifications, longest queue %d, %d direct handoffs", &c, c.notified, c.maxQueue, c.grants)
+	t.Logf("%v; %d notifications (%d carrying their reply), longest queue %d, %d direct handoffs", &c, c.notified, c.sleepNotes, c.maxQueue, c.grants)
 }
 
 func FuzzScalableMiniredis(f *testing.F) {
@@ -795,6 +831,11 @@ var scalableBroken = []struct{ name, file, old, new string }{
 		"            or redis.call('exists', latch) == 1 then", "            then"},
 	{"a retried copy of a granted request does not claim the grant", "latch_common.lua",
 		"                redis.call('pexpire', lock, lease)\n", ""},
+	// Wake-ups that carry their reply (issue 23).
+	{"a sleep note lets the waiter behind the head sleep past the grace", "fair_common.lua",
+		"'s:' .. sleep_held(pttl, grace, second) .. ':'", "'s:' .. pttl .. ':'"},
+	{"a sleep note says every waiter is the head", "fair_common.lua",
+		"':' .. q_ahead(owner))", "':0')"},
 	{"fast path: a free lock is taken while a queue exists", "fair_common.lua",
 		"FAST_FREE and redis.call('exists', KEYS[2], KEYS[3], KEYS[4], KEYS[8]) == 0", "FAST_FREE"},
 }

@@ -88,26 +88,54 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 			return q.giveUp(nil)
 		}
 		q.pos.report()
-		timer.Reset(q.sleepFor(ttl))
-		select {
-		case <-w.C():
-			if m.S.obs != nil {
-				q.woke = time.Now()
-			}
-			if p, ok := w.Grant(); ok {
-				if ok, err := q.takeGrant(p); ok || err != nil {
-					return q.result(ok, err)
+		due := time.Now().Add(q.sleepFor(ttl))
+		timer.Reset(time.Until(due))
+	wait:
+		for {
+			select {
+			case <-w.C():
+				if m.S.obs != nil {
+					q.woke = time.Now()
 				}
-				// not ours, or too late to vouch for: the script decides
+				if p, ok := w.Grant(); ok {
+					if ok, err := q.takeGrant(p); ok || err != nil {
+						return q.result(ok, err)
+					}
+					// not ours, or too late to vouch for: the script decides
+				}
+				if p, ok := w.Note(); ok && q.handoff {
+					if n, ok := wire.ParseNote(p); ok {
+						// The reply an attempt would get, without the
+						// attempt: sleep no later than it says.
+						if d := q.sleepFor(n.SleepMs); time.Now().Add(d).Before(due) {
+							due = time.Now().Add(d)
+							timer.Reset(d)
+						}
+						q.noted(n)
+						continue
+					}
+				}
+				break wait
+			case <-timer.C:
+				q.woke = time.Time{}
+				break wait
+			case <-ctx.Done():
+				return q.giveUp(nil)
+			case <-q.closing:
+				return q.giveUp(nil)
 			}
-		case <-timer.C:
-			q.woke = time.Time{}
-		case <-ctx.Done():
-			return q.giveUp(nil)
-		case <-q.closing:
-			return q.giveUp(nil)
 		}
 	}
+}
+
+// noted reports the place a Note gave (wire.Note; -1: none), as an
+// attempt's reply would be.
+func (q *acquisition) noted(n wire.Note) {
+	if q.pos == nil || n.Ahead < 0 {
+		return
+	}
+	q.pos.have, q.pos.ahead, q.pos.at = true, wire.Ahead{Ahead: n.Ahead}, time.Now()
+	q.pos.report()
 }
 
 // MinLease is the shortest explicit lease an acquisition accepts: a shorter

@@ -61,6 +61,10 @@ type Waiter struct {
 	channel     string
 	c           chan struct{}
 	grant       string // the last grant message not yet taken (Grant); "": none
+	// note is the last sleep message ("s:...", Note) when the pending
+	// wake-up on c came from sleep messages only; any other wake-up clears
+	// it, so that it is never taken for one that asks for an attempt.
+	note string
 	closed      bool
 	subscribing bool // its Subscribe is still waiting for the confirmation
 }
@@ -95,6 +99,21 @@ func (w *Waiter) Grant() (payload string, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	payload, w.grant = w.grant, ""
+	return payload, payload != ""
+}
+
+// Note returns and forgets the sleep message (a payload starting with
+// "s:", the scalable fair lock's wake-up that carries the reply an attempt
+// would get) behind the waiter's last wake-up, or ok false when that
+// wake-up (also) came from anything else: a plain wake-up, a grant, the
+// hub's own re-checks. Call it after each wake-up (after Grant): ok true
+// means nothing but sleep messages woke the waiter since the last call,
+// so it may re-arm its timer instead of running an attempt.
+func (w *Waiter) Note() (payload string, ok bool) {
+	h := w.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	payload, w.note = w.note, ""
 	return payload, payload != ""
 }
 
@@ -211,6 +230,7 @@ func (w *Waiter) Close() {
 }
 
 func notify(w *Waiter) {
+	w.note = "" // this wake-up asks for an attempt
 	select {
 	case w.c <- struct{}{}:
 	default:
@@ -221,8 +241,30 @@ func wakeOne(e *entry) {
 	for _, w := range e.waiters {
 		select {
 		case w.c <- struct{}{}:
+			w.note = ""
 			return
-		default: // already has a wake-up pending: try the next one
+		default: // already has a wake-up pending
+			if w.note != "" {
+				// from sleep messages only: it now asks for an attempt too
+				w.note = ""
+				return
+			}
+			// try the next one
+		}
+	}
+}
+
+// noteAll delivers a sleep message: each waiter keeps it, unless a
+// wake-up that asks for an attempt is pending already.
+func noteAll(e *entry, payload string) {
+	for _, w := range e.waiters {
+		select {
+		case w.c <- struct{}{}:
+			w.note = payload
+		default:
+			if w.note != "" {
+				w.note = payload // the later of two sleep messages
+			}
 		}
 	}
 }
@@ -332,6 +374,10 @@ func (h *Hub) deliverLocked(channel, payload string) {
 	}
 	if payload == "0" { // UNLOCK_MESSAGE: one waiter may take the lock
 		wakeOne(e)
+		return
+	}
+	if strings.HasPrefix(payload, "s:") {
+		noteAll(e, payload)
 		return
 	}
 	if strings.HasPrefix(payload, "g:") {

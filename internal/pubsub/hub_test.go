@@ -178,3 +178,82 @@ func TestGrantReachesEveryWaiter(t *testing.T) {
 		}
 	})
 }
+
+// A sleep message ("s:...", the scalable fair lock's wake-up that carries
+// its reply) lets the waiter skip its attempt only when nothing else woke
+// it: a plain wake-up pending before or after it is never hidden.
+func TestNoteNeverHidesAWakeUp(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Client(t)
+		h := pubsub.New(rdb, 30*time.Second)
+		defer h.Close()
+		ch, marker := redistest.Prefix(t)+"ch", redistest.Prefix(t)+"marker"
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		sub := func(ch string) *pubsub.Waiter {
+			w, err := h.Subscribe(ctx, ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(w.Close)
+			return w
+		}
+		w1, w2, m := sub(ch), sub(ch), sub(marker)
+		wait := func(w *pubsub.Waiter) {
+			t.Helper()
+			select {
+			case <-w.C():
+			case <-ctx.Done():
+				t.Fatal("no wake-up")
+			}
+		}
+		// publish sends the payloads in order and returns once the hub has
+		// delivered them all (the marker comes after them on the connection).
+		publish := func(payloads ...string) {
+			t.Helper()
+			for _, p := range payloads {
+				if err := rdb.Publish(ctx, ch, p).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := rdb.Publish(ctx, marker, "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			wait(m)
+		}
+		note := func(w *pubsub.Waiter, want string) {
+			t.Helper()
+			wait(w)
+			w.Grant()
+			p, ok := w.Note()
+			if want == "" && ok {
+				t.Fatalf("note %q, but a wake-up that asks for an attempt was pending", p)
+			}
+			if want != "" && (!ok || p != want) {
+				t.Fatalf("note %q %v, want %q", p, ok, want)
+			}
+		}
+		publish("s:100:0")
+		note(w1, "s:100:0")
+		note(w2, "s:100:0")
+		publish("s:100:0", "s:50:0") // the later note replaces the earlier
+		note(w1, "s:50:0")
+		note(w2, "s:50:0")
+		publish("s:100:0", "0") // the plain wake-up goes to w1, whose note it clears
+		note(w1, "")
+		note(w2, "s:100:0")
+		publish("0", "s:100:0") // w1 has the plain wake-up pending: the note does not hide it
+		note(w1, "")
+		note(w2, "s:100:0")
+		publish("s:100:0", "g:7:1000:req") // a grant asks for the grant's check (or an attempt)
+		note(w1, "")
+		note(w2, "")
+		for _, w := range []*pubsub.Waiter{w1, w2} {
+			select {
+			case <-w.C():
+				t.Fatal("a wake-up left over")
+			default:
+			}
+		}
+	})
+}

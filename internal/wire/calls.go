@@ -390,3 +390,31 @@ func ParseGrant(payload string) (g Grant, ok bool) {
 	}
 	return Grant{Token: t, TTLMs: d, RequestID: id}, true
 }
+
+// Note is a wake-up that carries its reply (issue 23; the scalable engine,
+// fair_common.lua's wake_front): published instead of a plain wake-up to
+// the head of the queue or the waiter behind it while the lock is held, as
+// "s:<sleep ms>:<ahead>": the sleep and the place an attempt would have
+// replied (SleepMs -1: a lock with no expiry; Ahead -1: unknown).
+type Note struct {
+	SleepMs int64
+	Ahead   int64
+}
+
+// ParseNote reads a Note payload.
+func ParseNote(payload string) (n Note, ok bool) {
+	rest, ok := strings.CutPrefix(payload, "s:")
+	if !ok {
+		return Note{}, false
+	}
+	sleep, ahead, ok := strings.Cut(rest, ":")
+	if !ok {
+		return Note{}, false
+	}
+	s, err1 := strconv.ParseInt(sleep, 10, 64)
+	a, err2 := strconv.ParseInt(ahead, 10, 64)
+	if err1 != nil || err2 != nil || s < -1 || a < -1 {
+		return Note{}, false
+	}
+	return Note{SleepMs: s, Ahead: a}, true
+}
