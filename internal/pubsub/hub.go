@@ -57,14 +57,14 @@ type entry struct {
 
 // Waiter is one subscriber's view of a channel.
 type Waiter struct {
-	hub         *Hub
-	channel     string
-	c           chan struct{}
-	grant       string // the last grant message not yet taken (Grant); "": none
+	hub     *Hub
+	channel string
+	c       chan struct{}
+	grant   string // the last grant message not yet taken (Grant); "": none
 	// note is the last sleep message ("s:...", Note) when the pending
 	// wake-up on c came from sleep messages only; any other wake-up clears
 	// it, so that it is never taken for one that asks for an attempt.
-	note string
+	note        string
 	closed      bool
 	subscribing bool // its Subscribe is still waiting for the confirmation
 }
