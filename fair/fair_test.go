@@ -478,18 +478,26 @@ func TestWakeUpsReachOnlyTheFrontOfTheQueue(t *testing.T) {
 		assert.True(t, held)
 		want := []string{plain, w0, w1, w1, w2} // release: plain, head, second; take: new head, new second
 		grant := func(w string) string { return strings.TrimSuffix(w, "=0") + "=g" }
+		// a wake-up that carries its reply, with the waiter's place (its
+		// sleep, a PTTL, left out)
+		note := func(w string, ahead int) string { return strings.TrimSuffix(w, "=0") + "=s:" + strconv.Itoa(ahead) }
 		if e.name == lockstate.Scalable {
 			// The release grants the lock to the head (its grant message)
-			// and wakes the new first two once (they moved up); nobody
-			// takes it with a script.
-			want = []string{plain, grant(w0), w1, w2}
+			// and wakes the new first two once (they moved up), with the
+			// reply their attempt would get, since the lock is held; nobody
+			// runs a script.
+			want = []string{plain, grant(w0), note(w1, 0), note(w2, 1)}
 		}
 		raw := messages
 		messages = func() []string {
 			out := raw()
 			for i, m := range out {
-				if ch, p, _ := strings.Cut(m, "="); strings.HasPrefix(p, "g:") {
+				ch, p, _ := strings.Cut(m, "=")
+				if strings.HasPrefix(p, "g:") {
 					out[i] = ch + "=g"
+				}
+				if n, ok := wire.ParseNote(p); ok {
+					out[i] = ch + "=s:" + strconv.FormatInt(n.Ahead, 10)
 				}
 			}
 			return out
@@ -503,7 +511,7 @@ func TestWakeUpsReachOnlyTheFrontOfTheQueue(t *testing.T) {
 		require.NoError(t, ms[2].Unlock(ctx))
 		if e.name == lockstate.Scalable {
 			want = append(want,
-				plain, grant(w1), w2, // m0 releases, granting m1: m2 is the new head
+				plain, grant(w1), note(w2, 0), // m0 releases, granting m1: m2 is the new head
 				plain, grant(w2), // m1 releases, granting m2
 				plain) // m2 releases: nobody is queued
 		} else {
