@@ -119,6 +119,9 @@ type AcquireOptions struct {
 	// scalable engine). Updates come when the waiter attempts: at once for
 	// the first two waiters on every change at the front, and for waiters
 	// further back when their sleep ends (at most the lease or the grace).
+	// On the scalable engine a waiter that moves to the front while the
+	// lock is held is sent its reply instead of attempting, and reports
+	// the place that message carries (At: when it arrived).
 	// See fairlock.Position and docs/design.md ("Queue position and ETA").
 	Position func(fairlock.Position)
 }

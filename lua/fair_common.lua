@@ -328,7 +328,8 @@ end
 -- valid, start the head's grace if the lock is free (grace > 0), or its
 -- second grace when the first ran out, and wake
 -- who must act: the head to take the lock, the waiter behind it to prune
--- the head if it does not. caller: the owner that gets a sleep bound as
+-- the head if it does not (wake_front: on the scalable engine's lock, a
+-- waiter woken while the lock is held gets its reply instead). caller: the owner that gets a sleep bound as
 -- its reply (fair_try_lock_wait), not woken; nil for the other scripts,
 -- whose caller may have a wait in progress elsewhere (one owner, several
 -- goroutines). head0, second0: the front of the queue when the script

@@ -33,7 +33,9 @@
 -- engine's head and second are woken. The scalable engine (KEYS[8], KEYS[9]
 -- given, ARGV[7] > 0) instead grants the free lock to the live head directly
 -- and publishes the grant on its channel (handoff in fair_common.lua); the
--- new first two of the queue are then woken as after the head's own take.
+-- new first two of the queue are then woken as after the head's own take,
+-- with the reply their attempt would get since the lock is held
+-- ("s:<sleep ms>:<ahead>", wake_front in fair_common.lua).
 local lock, latch = KEYS[1], KEYS[5]
 local owner, now, grace = ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[7])
 

@@ -9,7 +9,8 @@ import (
 
 // Position is a queued waiter's place in a fair queue, reported to the
 // callback of an acquisition (AcquireOpts.Position) after every attempt
-// that leaves it queued.
+// that leaves it queued, and on the scalable engine after a wake-up that
+// carried an attempt's reply (wire.Note).
 type Position struct {
 	// Ahead is how many waiters are ahead of this one (0: it is the head,
 	// next to take the lock once it is free); -1 when unknown (the server

@@ -1,7 +1,7 @@
 // Command lockbench benchmarks this project's locks against redsync,
 // bsm/redislock and rueidislock, and against the floor of one Redis, and
 // prints markdown tables (medians over rounds, with min and max), ending
-// with issue 14's targets judged on the run, as a table to paste into
+// with issue 23's targets judged on the run, as a table to paste into
 // docs/benchmarks.md.
 //
 //	cd bench && go run ./cmd/lockbench                 # everything, 5 rounds
