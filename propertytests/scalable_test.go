@@ -815,7 +815,7 @@ var scalableBroken = []struct{ name, file, old, new string }{
 	{"the position counts from the tail, not the head", "queue_scalable.lua",
 		"'s:' .. owner, 'hs')", "'s:' .. owner, 'ts')"},
 	{"every queued waiter gets the head's grace poll", "fair_common.lua",
-		"and second == owner and", "and"},
+		"return sleep_held(pttl, grace, second == owner)", "return sleep_held(pttl, grace, true)"},
 	{"a waiter moving up is not woken", "fair_common.lua",
 		"(freed or started or second ~= second0)", "(freed or started)"},
 	// The direct handoff (issue 23).
