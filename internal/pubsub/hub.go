@@ -94,13 +94,7 @@ func (w *Waiter) C() <-chan struct{} { return w.c }
 // waiter and not yet taken, or ok false. A grant also wakes the waiter (C):
 // call Grant after each wake-up. Grants do not coalesce with each other:
 // a later one replaces an earlier one not taken (each names its request).
-func (w *Waiter) Grant() (payload string, ok bool) {
-	h := w.hub
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	payload, w.grant = w.grant, ""
-	return payload, payload != ""
-}
+func (w *Waiter) Grant() (payload string, ok bool) { return w.take(&w.grant) }
 
 // Note returns and forgets the sleep message (a payload starting with
 // "s:", the scalable fair lock's wake-up that carries the reply an attempt
@@ -109,11 +103,14 @@ func (w *Waiter) Grant() (payload string, ok bool) {
 // hub's own re-checks. Call it after each wake-up (after Grant): ok true
 // means nothing but sleep messages woke the waiter since the last call,
 // so it may re-arm its timer instead of running an attempt.
-func (w *Waiter) Note() (payload string, ok bool) {
+func (w *Waiter) Note() (payload string, ok bool) { return w.take(&w.note) }
+
+// take returns and clears one of the waiter's kept payloads, under h.mu.
+func (w *Waiter) take(p *string) (payload string, ok bool) {
 	h := w.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	payload, w.note = w.note, ""
+	payload, *p = *p, ""
 	return payload, payload != ""
 }
 

@@ -147,14 +147,7 @@ func TestGrantReachesEveryWaiter(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w2.Close()
-		wait := func(w *pubsub.Waiter) {
-			t.Helper()
-			select {
-			case <-w.C():
-			case <-ctx.Done():
-				t.Fatal("no wake-up")
-			}
-		}
+		wait := func(w *pubsub.Waiter) { t.Helper(); awaitWake(t, w, 10*time.Second, "a message") }
 		if err := rdb.Publish(ctx, ch, "0").Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -199,14 +192,7 @@ func TestNoteNeverHidesAWakeUp(t *testing.T) {
 			return w
 		}
 		w1, w2, m := sub(ch), sub(ch), sub(marker)
-		wait := func(w *pubsub.Waiter) {
-			t.Helper()
-			select {
-			case <-w.C():
-			case <-ctx.Done():
-				t.Fatal("no wake-up")
-			}
-		}
+		wait := func(w *pubsub.Waiter) { t.Helper(); awaitWake(t, w, 10*time.Second, "a message") }
 		// publish sends the payloads in order and returns once the hub has
 		// delivered them all (the marker comes after them on the connection).
 		publish := func(payloads ...string) {
