@@ -259,7 +259,9 @@ end
 -- grace) and where it stands (q_ahead). The message carries that instead,
 -- "s:<sleep ms>:<ahead>", and the waiter's client re-arms its timer with
 -- it (never later than it was set) without a script (issue 23: the failed
--- attempts of the new head and second after a handoff).
+-- attempts of the new head and second after a handoff). pttl: the lock's
+-- PTTL when the caller read it already (the lock does not change between
+-- finish's two wake-ups); returns the PTTL it used, if any.
 -- sleep_held is a queued waiter's sleep while the lock is held (pttl:
 -- res_blocked's answer; second: the waiter is right behind the head): the
 -- lock's PTTL (-1: no expiry), for the second at most the grace, so that it
@@ -271,16 +273,17 @@ local function sleep_held(pttl, grace, second)
     return pttl
 end
 
-local function wake_front(owner, second, grace, other)
+local function wake_front(owner, second, grace, other, pttl)
     if HANDOFF and RES_NOTES and not other then
-        local pttl = res_blocked(owner)
+        pttl = pttl or res_blocked(owner)
         if pttl then
             redis.call(PUBCMD, CHANNEL .. ':' .. owner,
                 's:' .. sleep_held(pttl, grace, second) .. ':' .. q_ahead(owner))
-            return
+            return pttl
         end
     end
     wake(owner)
+    return pttl
 end
 
 -- Direct handoff (issue 23; the scalable engine only: on the Redisson
@@ -352,11 +355,12 @@ local function finish(caller, head0, second0, freed, grace)
     else
         grace_clear() -- no grace unless the lock is free with a head
     end
+    local pttl -- the lock's, read once for both notes (wake_front)
     if head and head ~= caller and (freed or started or head ~= head0) then
-        wake_front(head, false, grace, other)
+        pttl = wake_front(head, false, grace, other)
     end
     if second and second ~= caller and (freed or started or second ~= second0) then
-        wake_front(second, true, grace, other)
+        wake_front(second, true, grace, other, pttl)
     end
     return head, second
 end

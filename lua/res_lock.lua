@@ -78,6 +78,9 @@ local function res_pttl()
 end
 
 local function res_blocked(_)
+    if FREE then
+        return nil -- known free in this script: no PTTL to read
+    end
     local pttl = redis.call('pttl', LOCK)
     if pttl == -2 then
         return nil
