@@ -251,17 +251,6 @@ local function wake(owner)
     redis.call(PUBCMD, CHANNEL .. ':' .. owner, MESSAGE)
 end
 
--- wake_front wakes owner, the head or (second) the waiter behind it, in
--- finish. On the scalable engine's lock (HANDOFF, RES_NOTES; not for the
--- other engine's waiters a release wakes, other), a waiter woken while the
--- lock is held would only run an attempt that changes nothing and replies
--- how long to sleep (reply: the lock's PTTL, for the second at most the
--- grace) and where it stands (q_ahead). The message carries that instead,
--- "s:<sleep ms>:<ahead>", and the waiter's client re-arms its timer with
--- it (never later than it was set) without a script (issue 23: the failed
--- attempts of the new head and second after a handoff). pttl: the lock's
--- PTTL when the caller read it already (the lock does not change between
--- finish's two wake-ups); returns the PTTL it used, if any.
 -- sleep_held is a queued waiter's sleep while the lock is held (pttl:
 -- res_blocked's answer; second: the waiter is right behind the head): the
 -- lock's PTTL (-1: no expiry), for the second at most the grace, so that it
@@ -273,6 +262,17 @@ local function sleep_held(pttl, grace, second)
     return pttl
 end
 
+-- wake_front wakes owner, the head or (second) the waiter behind it, in
+-- finish. On the scalable engine's lock (HANDOFF, RES_NOTES; not for the
+-- other engine's waiters a release wakes, other), a waiter woken while the
+-- lock is held would only run an attempt that changes nothing and replies
+-- how long to sleep (reply: the lock's PTTL, for the second at most the
+-- grace) and where it stands (q_ahead). The message carries that instead,
+-- "s:<sleep ms>:<ahead>", and the waiter's client re-arms its timer with
+-- it (never later than it was set) without a script (issue 23: the failed
+-- attempts of the new head and second after a handoff). pttl: the lock's
+-- PTTL when the caller read it already (the lock does not change between
+-- finish's two wake-ups); returns the PTTL it used, if any.
 local function wake_front(owner, second, grace, other, pttl)
     if HANDOFF and RES_NOTES and not other then
         pttl = pttl or res_blocked(owner)
@@ -332,8 +332,9 @@ end
 -- second grace when the first ran out, and wake
 -- who must act: the head to take the lock, the waiter behind it to prune
 -- the head if it does not (wake_front: on the scalable engine's lock, a
--- waiter woken while the lock is held gets its reply instead). caller: the owner that gets a sleep bound as
--- its reply (fair_try_lock_wait), not woken; nil for the other scripts,
+-- waiter woken while the lock is held gets its reply instead). caller:
+-- the owner that gets a sleep bound as its reply (fair_try_lock_wait), not
+-- woken; nil for the other scripts,
 -- whose caller may have a wait in progress elsewhere (one owner, several
 -- goroutines). head0, second0: the front of the queue when the script
 -- started; freed: the lock became free or its lease was cut short in this

@@ -22,9 +22,9 @@
 -- begin the same EXISTS when no queue key exists (a re-entered hold). A
 -- release with a queue costs one EXISTS more than before.
 -- TestFastPathsMatchFullPaths (propertytests) compares the two paths.
-FAST_LATCHED = redis.call('get', KEYS[5])
-if FAST_LATCHED then
-    return tonumber(FAST_LATCHED)
+local latched = redis.call('get', KEYS[5])
+if latched then
+    return tonumber(latched)
 end
 FAST_QUEUED = redis.call('exists', KEYS[2], KEYS[3], KEYS[6], KEYS[7])
 if FAST_QUEUED == 0 and redis.call('hget', KEYS[1], ARGV[3]) == '1' then

@@ -12,11 +12,11 @@
 -- that composes res_lock.lua.
 local FAST_FREE
 
--- FAST_LATCHED and FAST_QUEUED are what fair_fast_unlock.lua read in a
--- release: the unlock latch's value, and how many of the queue keys of both
--- engines and the grace key exist (nil in every other script); begin
--- (fair_common.lua) reuses FAST_QUEUED instead of reading the same keys.
-local FAST_LATCHED, FAST_QUEUED
+-- FAST_QUEUED is what fair_fast_unlock.lua read in a release: how many of
+-- the queue keys of both engines and the grace key exist (nil in every
+-- other script); begin (fair_common.lua) reuses it instead of reading the
+-- same keys.
+local FAST_QUEUED
 
 -- The fencing token (not in Redisson's fair lock; the key is its fenced
 -- lock's "redisson_lock_token:{name}", so both share one sequence). A take
