@@ -45,7 +45,7 @@ func TestQuickRun(t *testing.T) {
 	for _, want := range []string{
 		runner.Floor1, runner.Floor2, runner.FloorPub, runner.FloorChain,
 		"Scenario 1", "Scenario 2", "Scenario 3", "Scenario 4: fair-queue drain", "Scenario 4: fair-lock handoff", "Scenario 5",
-		"Redis commands per handoff by command", "Targets, judged on this run", "Issue 14's targets, judged on this run",
+		"Redis commands per handoff by command", "Targets, judged on this run", "Issue 23's targets, judged on this run",
 		"Issue 21: the fair semaphore", "Issue 21's benchmark targets, judged on this run",
 		"Issue 22: a fair 4-seat hold", "Issue 22's benchmark target, judged on this run",
 	} {
