@@ -462,11 +462,19 @@ func (l *Lock) wakeFront(server int64, owner string, second bool, graceMs int64)
 		l.publish(l.names.WaiterChannel(owner))
 		return
 	}
-	if graceMs > 0 && second && (pttl == NoExpiry || pttl > graceMs) {
-		pttl = graceMs
-	}
 	_, ahead := l.Ahead(owner)
-	l.Published = append(l.Published, Message{Channel: l.names.WaiterChannel(owner), Payload: SleepMessage(pttl, ahead)})
+	l.Published = append(l.Published, Message{Channel: l.names.WaiterChannel(owner), Payload: SleepMessage(sleepHeld(pttl, graceMs, second), ahead)})
+}
+
+// sleepHeld is a queued waiter's sleep while the lock is held (pttl: its
+// PTTL; second: the waiter is right behind the head): the PTTL, for the
+// second at most the grace, so that it notices a dead head soon after a
+// release even if a wake-up is lost.
+func sleepHeld(pttl, graceMs int64, second bool) int64 {
+	if graceMs > 0 && second && (pttl == NoExpiry || pttl > graceMs) {
+		return graceMs
+	}
+	return pttl
 }
 
 // SleepMessage is the payload of a wake-up that carries its reply (the
@@ -528,10 +536,7 @@ func (l *Lock) reply(server, now int64, owner string, graceMs int64) int64 {
 	pttl := l.PTTL(server)
 	head, second := l.front()
 	if pttl != NoLock {
-		if graceMs > 0 && second == owner && (pttl == NoExpiry || pttl > graceMs) {
-			return graceMs
-		}
-		return pttl
+		return sleepHeld(pttl, graceMs, second == owner)
 	}
 	if head == "" || head == owner {
 		return 1
