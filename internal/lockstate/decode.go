@@ -21,7 +21,11 @@ func (s *State) decode(snap *snapshot) {
 	if tm, err := snap.redisNow.Result(); err == nil {
 		s.RedisTimeMs = tm.UnixMilli()
 	}
-	if typeOK[kLock] {
+	switch {
+	case snap.hashIsRW:
+		s.problem(Warning, "rwlock-hash",
+			"the hash %s is a read-write lock's (shown as such): this name is used by two kinds", s.Keys.Lock)
+	case typeOK[kLock]:
 		s.holders(snap.hash.Val(), snap.pttl)
 	}
 	s.extras(snap)

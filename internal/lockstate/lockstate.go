@@ -43,9 +43,9 @@ const (
 
 // Problem is one inconsistency found in a lock's state.
 type Problem struct {
-	Code     string
-	Severity string
-	Message  string
+	Code     string `json:"code"`
+	Severity string `json:"severity"`
+	Message  string `json:"message"`
 }
 
 // Holder is one owner in the lock hash.
@@ -136,23 +136,33 @@ func ReadAt(ctx context.Context, rdb redis.Cmdable, name string, now time.Time) 
 	if err := wire.ValidateName(name); err != nil {
 		return nil, err
 	}
-	k := wire.KeysFor(name)
-	s := &State{Name: name, NowMs: now.UnixMilli(), Holders: []Holder{}, Queue: []Waiter{},
-		Unqueued: []Waiter{}, Problems: []Problem{},
-		Keys: Keys{Lock: k.Name, Queue: k.Queue, Timeouts: k.Timeouts, ScalableQueue: k.ScalableQueue(),
-			Grace: k.Grace(), Token: k.Token()}}
+	s := newState(name, now)
 	snap, err := read(ctx, rdb, s.Keys)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	s.decode(snap)
-	s.OK = true
-	for _, p := range s.Problems {
+	s.OK = ok(s.Problems)
+	return s, nil
+}
+
+// newState is the State of the lock called name before it is read.
+func newState(name string, now time.Time) *State {
+	k := wire.KeysFor(name)
+	return &State{Name: name, NowMs: now.UnixMilli(), Holders: []Holder{}, Queue: []Waiter{},
+		Unqueued: []Waiter{}, Problems: []Problem{},
+		Keys: Keys{Lock: k.Name, Queue: k.Queue, Timeouts: k.Timeouts, ScalableQueue: k.ScalableQueue(),
+			Grace: k.Grace(), Token: k.Token()}}
+}
+
+// ok is false when a problem of severity Error is among ps.
+func ok(ps []Problem) bool {
+	for _, p := range ps {
 		if p.Severity == Error {
-			s.OK = false
+			return false
 		}
 	}
-	return s, nil
+	return true
 }
 
 // The keys checked by TYPE, in the order of their wrong-type problems. The
@@ -182,37 +192,56 @@ type snapshot struct {
 	gracePTTL *redis.Cmd
 	token     *redis.StringCmd
 	redisNow  *redis.TimeCmd
+	// hashIsRW: the hash is a read-write lock's (ReadAll shows it as
+	// such), not read as the lock's holders.
+	hashIsRW bool
 }
 
 // read sends the read transaction. A command on a key of the wrong type
 // fails on its own inside EXEC; the TYPE replies say which keys those are,
 // and their errors are ignored.
 func read(ctx context.Context, rdb redis.Cmdable, k Keys) (*snapshot, error) {
-	s := &snapshot{keys: [nKeys]string{k.Lock, k.Queue, k.Timeouts, k.ScalableQueue}}
+	var s *snapshot
 	_, err := rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		for i, key := range s.keys {
-			s.types[i] = p.Type(ctx, key)
-		}
-		s.hash = p.HGetAll(ctx, k.Lock)
-		s.pttl = p.Do(ctx, "pttl", k.Lock)
-		s.list = p.LRange(ctx, k.Queue, 0, -1)
-		s.zset = p.ZRangeWithScores(ctx, k.Timeouts, 0, -1)
-		s.squeue = p.HGetAll(ctx, k.ScalableQueue)
-		s.grace = p.Get(ctx, k.Grace)
-		s.gracePTTL = p.Do(ctx, "pttl", k.Grace)
-		s.token = p.Get(ctx, k.Token)
-		s.redisNow = p.Time(ctx)
+		s = queueReads(ctx, p, k)
 		return nil
 	})
-	for _, t := range s.types {
-		if t.Err() != nil {
-			return nil, t.Err()
-		}
-	}
-	if err != nil && err != redis.Nil && !isWrongType(err) {
+	if err := s.err(err); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// queueReads adds the lock's read commands to p.
+func queueReads(ctx context.Context, p redis.Pipeliner, k Keys) *snapshot {
+	s := &snapshot{keys: [nKeys]string{k.Lock, k.Queue, k.Timeouts, k.ScalableQueue}}
+	for i, key := range s.keys {
+		s.types[i] = p.Type(ctx, key)
+	}
+	s.hash = p.HGetAll(ctx, k.Lock)
+	s.pttl = p.Do(ctx, "pttl", k.Lock)
+	s.list = p.LRange(ctx, k.Queue, 0, -1)
+	s.zset = p.ZRangeWithScores(ctx, k.Timeouts, 0, -1)
+	s.squeue = p.HGetAll(ctx, k.ScalableQueue)
+	s.grace = p.Get(ctx, k.Grace)
+	s.gracePTTL = p.Do(ctx, "pttl", k.Grace)
+	s.token = p.Get(ctx, k.Token)
+	s.redisNow = p.Time(ctx)
+	return s
+}
+
+// err is the error of the transaction that read s (err its EXEC's): a
+// command on a key of the wrong type fails on its own and is not one.
+func (s *snapshot) err(err error) error {
+	for _, t := range s.types {
+		if t.Err() != nil {
+			return t.Err()
+		}
+	}
+	if err != nil && err != redis.Nil && !isWrongType(err) {
+		return err
+	}
+	return nil
 }
 
 func isWrongType(err error) bool { return strings.HasPrefix(err.Error(), "WRONGTYPE") }
