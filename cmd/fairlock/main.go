@@ -17,19 +17,28 @@
 // lock's keys are gone once the lock is released, and the unlock latches
 // expire within 10 s. It never flushes.
 //
-// inspect: prints who holds the lock NAME, its queue in order with each
-// waiter's deadline, the head grace, and any inconsistency in that state.
-// It sends only read commands. With --watch it reads the lock again every
-// --interval (1s) and prints each frame, with the lock's unlock and
-// acquisition latch keys (a bounded SCAN MATCH), until interrupted or
-// --count frames: on a terminal it redraws the screen, else it prints the
-// frames one after the other under a line with the frame's time; with
-// --json, one JSON object a line. A Redis error is shown in its frame and
-// the watch goes on.
+// inspect: reads everything the library keeps under NAME and says which
+// kind it found: a lock (reentrant, fenced, or fair with either queue
+// engine), a read-write lock, a fair semaphore, a permit-expirable
+// semaphore (Redisson's RPermitExpirableSemaphore keys), or a seat venue
+// of the multi-seat hold (NAME a seat of it, or the venue's hash tag);
+// each kind found is shown, when a name has keys of several. Per kind: the
+// holders with their hold counts, permits or seats and the lease left;
+// the queue in order with each waiter's deadline (and ask); the head
+// grace; the pool and the permits available; the fencing token counter;
+// and any inconsistency in that state. A name with no key of any kind is
+// "no such lock" (exit 4). It sends only read commands. With --watch it
+// reads the name again every --interval (1s) and prints each frame, with
+// the unlock, acquisition and release latch keys (a bounded SCAN MATCH),
+// until interrupted or --count frames: on a terminal it redraws the
+// screen, else it prints the frames one after the other under a line with
+// the frame's time; with --json, one JSON object a line. A Redis error is
+// shown in its frame and the watch goes on.
 //
 // Exit codes: 0 done; 1 an error (such as an unreachable Redis); 2 bad
-// usage; 3 inspect found an inconsistency of severity error; 130
-// interrupted (Ctrl-C).
+// usage; 3 inspect found an inconsistency of severity error; 4 inspect
+// found no such lock (no key of any kind under NAME); 130 interrupted
+// (Ctrl-C).
 package main
 
 import (
@@ -57,8 +66,14 @@ const usage = `fairlock: demo and inspector of the fairlock Redis locks
 Usage:
   fairlock [demo] [flags]         book seats under the fair lock, then the
                                   reentrant lock, and compare the two
-  fairlock inspect NAME [flags]   show lock NAME's holder, queue, deadlines,
-                                  head grace and inconsistencies (read-only)
+  fairlock inspect NAME [flags]   show what is kept under NAME, and which
+                                  kind it is: lock (reentrant, fenced, fair),
+                                  read-write lock, fair semaphore, permit-
+                                  expirable semaphore, seat venue (NAME a
+                                  seat or the venue's tag); its holders,
+                                  leases, queue and deadlines, pool and free
+                                  permits, head grace, token, inconsistencies
+                                  (read-only; "no such lock": exit 4)
   fairlock help                   this text
 
 demo flags:
@@ -91,18 +106,20 @@ inspect flags:
   --redis ADDR     host:port or redis:// URL (required)
   --json           print a JSON document instead of text
                    (with --watch: one JSON object a frame, a line each)
-  --watch          read and print the lock again every interval, with its
-                   unlock/acquisition latch keys, until Ctrl-C (exit 130);
+  --watch          read and print NAME again every interval, with its
+                   latch keys, until Ctrl-C (exit 130);
                    a terminal is redrawn, else frames follow each other
                    under a "=== frame N at TIME ===" line; a Redis error
                    is shown in its frame and the watch goes on (a Redis
                    unreachable at the start is exit 1)
   --interval D     time between frames, 10ms to 1h             (default 1s)
   --count N        stop after N frames, with the exit code of the last
-                   (0, 1 Redis error, 3 inconsistency)  (default 0: never)
+                   (0, 1 Redis error, 3 inconsistency, 4 no such lock)
+                   (default 0: never)
 
 Exit codes: 0 done, 1 error (e.g. Redis unreachable), 2 bad usage,
-3 inspect found an inconsistency, 130 interrupted.
+3 inspect found an inconsistency, 4 inspect found no such lock (no key
+of any kind under NAME), 130 interrupted.
 `
 
 // connectTimeout bounds reaching Redis before anything else is done.
@@ -464,11 +481,23 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "fairlock inspect: %v\n", err)
 		return 1
 	}
-	if !rep.OK {
+	return reportCode(rep)
+}
+
+// reportCode is inspect's exit code for a report: 4 no such lock, 3 an
+// inconsistency of severity error, else 0.
+func reportCode(r *inspect.Report) int {
+	switch {
+	case !r.Found:
+		return exitNoSuchLock
+	case !r.OK:
 		return 3
 	}
 	return 0
 }
+
+// exitNoSuchLock is inspect's exit code for a name with no key of any kind.
+const exitNoSuchLock = 4
 
 // Bounds of inspect --interval: faster would only load Redis (each frame is
 // a transaction and a SCAN), slower is no longer a live view.
@@ -525,13 +554,10 @@ func watchLock(ctx context.Context, rdb *redis.Client, name string, c watchConfi
 			return 1
 		}
 		if c.count > 0 && n >= c.count {
-			switch {
-			case f.Error != "":
+			if f.Error != "" {
 				return 1
-			case !f.OK:
-				return 3
 			}
-			return 0
+			return reportCode(f.Report)
 		}
 		select {
 		case <-ctx.Done():

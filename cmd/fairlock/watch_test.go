@@ -201,14 +201,14 @@ func TestInspectWatchRedisBlip(t *testing.T) {
 	code := run([]string{"inspect", "seats", "--redis", srv.Addr(), "--watch", "--count", "3", "--interval", "10ms"}, out, &errb)
 	s := out.String()
 	t.Log("\n" + s)
-	assert.Equal(t, 0, code, "the last frame read the lock: stderr %s", errb.String())
+	assert.Equal(t, 4, code, "the last frame read the name and found no such lock: stderr %s", errb.String())
 	frames := splitFrames(t, s)
 	require.Len(t, frames, 3)
-	assert.Contains(t, frames[0], "holder: none")
+	assert.Contains(t, frames[0], "no such lock")
 	assert.Contains(t, frames[1], "ERROR:  cannot read the lock:")
 	assert.Contains(t, frames[1], "(still watching)")
-	assert.NotContains(t, frames[1], "holder:")
-	assert.Contains(t, frames[2], "holder: none")
+	assert.NotContains(t, frames[1], "no such lock")
+	assert.Contains(t, frames[2], "no such lock")
 
 	// With --count ending on an error frame, the exit code is 1.
 	out = &frameWriter{steps: []func(){srv.Close}}

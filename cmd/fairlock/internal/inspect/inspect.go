@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock-go/fairlock/internal/lockstate"
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // Severity of a problem.
@@ -64,10 +65,35 @@ type Waiter struct {
 	LeftMs int64 `json:"left_ms"`
 }
 
-// Report is the state of one lock at one instant.
+// Kinds of state, as Report.Kinds names them (see internal/lockstate).
+const (
+	// KindLock: the reentrant, fenced or fair lock (their common hash and
+	// the fair lock's queue keys); Report's top-level lock fields.
+	KindLock = lockstate.KindLock
+	// KindRWLock: the read-write lock (Report.RWLock).
+	KindRWLock = lockstate.KindRWLock
+	// KindFairSemaphore: semaphore.NewFair (Report.FairSemaphore).
+	KindFairSemaphore = lockstate.KindFairSemaphore
+	// KindExpirableSemaphore: semaphore.NewExpirable, Redisson's
+	// RPermitExpirableSemaphore (Report.ExpirableSemaphore).
+	KindExpirableSemaphore = lockstate.KindExpirableSemaphore
+	// KindSeats: a venue of multi.NewSeats (Report.Seats).
+	KindSeats = lockstate.KindSeats
+)
+
+// Report is the state kept under one name at one instant: each kind found.
+// The lock's fields are at the top level (zero when Kinds has no
+// KindLock); each other kind has its own object.
 type Report struct {
 	Name string `json:"name"`
-	Keys struct {
+	// Found is false when the name has no key of any kind: no such lock.
+	Found bool `json:"found"`
+	// Kinds are the kinds of state found (KindLock ...), usually one.
+	Kinds []string `json:"kinds"`
+	// LockKind says which lock the lock's keys are: "reentrant", "fenced
+	// or fair" (a token counter, nobody queued) or "fair" (a queue).
+	LockKind string `json:"lock_kind,omitempty"`
+	Keys     struct {
 		Lock          string `json:"lock"`
 		Queue         string `json:"queue"`
 		Timeouts      string `json:"timeouts"`
@@ -93,36 +119,86 @@ type Report struct {
 	// the queue list.
 	Unqueued []Waiter `json:"deadlines_not_queued"`
 	// Grace is the fair lock's head grace key, nil when it does not exist.
-	Grace    *Grace    `json:"grace,omitempty"`
+	Grace *Grace `json:"grace,omitempty"`
+	// Token is the lock's fencing token counter (the fenced and fair
+	// locks), nil when there is none.
+	Token *int64 `json:"token,omitempty"`
+	// The other kinds, nil when not found.
+	RWLock             *lockstate.RWState      `json:"rwlock,omitempty"`
+	FairSemaphore      *lockstate.FairSemState `json:"fair_semaphore,omitempty"`
+	ExpirableSemaphore *lockstate.ExpSemState  `json:"expirable_semaphore,omitempty"`
+	Seats              *lockstate.SeatsState   `json:"seats,omitempty"`
+	// Problems are every kind's problems (each kind's own are in its
+	// object too; the lock's only here).
 	Problems []Problem `json:"problems"`
 	// OK is false when a problem of severity Error was found.
 	OK bool `json:"ok"`
+
+	lockProblems []Problem
 }
 
-// Read reads the lock called name from rdb and analyses it. now is the
-// inspector's clock (deadlines are client-clock instants). It sends only
-// read commands, in one MULTI/EXEC.
+// Read reads every kind of state kept under name from rdb and analyses
+// it. now is the inspector's clock (a lock's deadlines are client-clock
+// instants). It sends only read commands: one MULTI/EXEC (and one more
+// with the PTTL of a read-write lock's read holds).
 func Read(ctx context.Context, rdb redis.Cmdable, name string, now time.Time) (*Report, error) {
-	s, err := lockstate.ReadAt(ctx, rdb, name, now)
+	f, err := lockstate.ReadAll(ctx, rdb, name, now)
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{Name: name, Engine: s.Engine, NowMs: s.NowMs, RedisTimeMs: s.RedisTimeMs,
-		Locked: s.Locked, LeaseMs: s.LeaseMs, OK: s.OK,
-		Holders: make([]Holder, 0, len(s.Holders)), Queue: waiters(s.Queue), Unqueued: waiters(s.Unqueued),
-		Problems: make([]Problem, 0, len(s.Problems))}
+	r := &Report{Name: name, Found: f.Found(), Kinds: f.Kinds, NowMs: f.NowMs, RedisTimeMs: f.RedisTimeMs, OK: f.OK,
+		Holders: []Holder{}, Queue: []Waiter{}, Unqueued: []Waiter{}, Problems: []Problem{},
+		RWLock: f.RW, FairSemaphore: f.FairSem, ExpirableSemaphore: f.ExpSem, Seats: f.Seats}
+	k := wire.KeysFor(name)
 	r.Keys.Lock, r.Keys.Queue, r.Keys.Timeouts, r.Keys.ScalableQueue, r.Keys.Grace =
-		s.Keys.Lock, s.Keys.Queue, s.Keys.Timeouts, s.Keys.ScalableQueue, s.Keys.Grace
-	if s.Grace.Owner != "" {
-		r.Grace = &Grace{Owner: s.Grace.Owner, Second: s.Grace.Second, LeftMs: s.Grace.LeftMs}
+		k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), k.Grace()
+	if s := f.Lock; s != nil {
+		r.Engine, r.Locked, r.LeaseMs = s.Engine, s.Locked, s.LeaseMs
+		r.Queue, r.Unqueued = waiters(s.Queue), waiters(s.Unqueued)
+		switch {
+		case s.Engine != "":
+			r.LockKind = "fair"
+		case s.HasToken:
+			r.LockKind = "fenced or fair"
+		default:
+			r.LockKind = "reentrant"
+		}
+		if s.HasToken {
+			r.Token = &s.Token
+		}
+		if s.Grace.Owner != "" {
+			r.Grace = &Grace{Owner: s.Grace.Owner, Second: s.Grace.Second, LeftMs: s.Grace.LeftMs}
+		}
+		for _, h := range s.Holders {
+			r.Holders = append(r.Holders, Holder{Owner: h.Owner, HoldCount: h.HoldCount, Raw: h.Raw})
+		}
+		for _, p := range s.Problems {
+			r.lockProblems = append(r.lockProblems, Problem{Code: p.Code, Severity: p.Severity, Message: p.Message})
+		}
+		r.Problems = append(r.Problems, r.lockProblems...)
 	}
-	for _, h := range s.Holders {
-		r.Holders = append(r.Holders, Holder{Owner: h.Owner, HoldCount: h.HoldCount, Raw: h.Raw})
-	}
-	for _, p := range s.Problems {
+	for _, p := range kindProblems(f) {
 		r.Problems = append(r.Problems, Problem{Code: p.Code, Severity: p.Severity, Message: p.Message})
 	}
 	return r, nil
+}
+
+// kindProblems are the problems of the kinds other than the lock.
+func kindProblems(f *lockstate.Found) []lockstate.Problem {
+	var ps []lockstate.Problem
+	if f.RW != nil {
+		ps = append(ps, f.RW.Problems...)
+	}
+	if f.FairSem != nil {
+		ps = append(ps, f.FairSem.Problems...)
+	}
+	if f.ExpSem != nil {
+		ps = append(ps, f.ExpSem.Problems...)
+	}
+	if f.Seats != nil {
+		ps = append(ps, f.Seats.Problems...)
+	}
+	return ps
 }
 
 func waiters(ws []lockstate.Waiter) []Waiter {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,8 +17,16 @@ import (
 
 // Latch kinds.
 const (
-	UnlockLatch  = "unlock"  // redisson_unlock_latch:{name}:<request-id>
-	AcquireLatch = "acquire" // fairlock_acquire_latch:{name}:<request-id>
+	// UnlockLatch: redisson_unlock_latch:{name}:<request-id> (the locks'
+	// and the permit-expirable semaphore's releases).
+	UnlockLatch = "unlock"
+	// AcquireLatch: fairlock_acquire_latch:{name}:<request-id> (the locks,
+	// the permit-expirable semaphore), fairlock_sem_acquire_latch:{name}:
+	// (the fair semaphore), fairlock_seats_acquire_latch:{venue}: (seats).
+	AcquireLatch = "acquire"
+	// ReleaseLatch: fairlock_sem_release_latch:{name}:<request-id> (the
+	// fair semaphore), fairlock_seats_release_latch:{venue}: (seats).
+	ReleaseLatch = "release"
 )
 
 // Latch is one unlock or acquisition latch key of the lock: it makes the
@@ -42,6 +51,7 @@ type Latches struct {
 	Found   int `json:"found"`
 	Unlock  int `json:"unlock"`
 	Acquire int `json:"acquire"`
+	Release int `json:"release"`
 	// Partial is true when the scan stopped after its bound before it
 	// had gone through the whole keyspace: there may be more.
 	Partial bool `json:"partial,omitempty"`
@@ -69,45 +79,71 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-// ReadLatches lists the unlock and acquisition latch keys of the lock
-// called name with SCAN MATCH (never KEYS), at most MaxScanCalls calls, and
-// lists the newest MaxLatches found, with their state and PTTL. It sends
-// only read commands.
-func ReadLatches(ctx context.Context, rdb redis.Cmdable, name string) (*Latches, error) {
-	k := wire.KeysFor(name)
-	prefixes := map[string]string{k.Latch(""): UnlockLatch, k.AcquireLatch(""): AcquireLatch}
-	// Both prefixes end in "_latch:<the lock's tag>:": one scan finds both.
-	tail := strings.TrimPrefix(k.Latch(""), "redisson_unlock")
-	pattern := "*" + globEscape(tail) + "*"
+// ReadLatches lists the latch keys kept under name with SCAN MATCH (never
+// KEYS), at most MaxScanCalls calls a pattern, and lists the newest
+// MaxLatches found, with their state and PTTL: the lock's unlock and
+// acquisition latches (also the permit-expirable semaphore's), the fair
+// semaphore's acquisition and release latches, and, when kinds has
+// KindSeats, the venue's. It sends only read commands.
+func ReadLatches(ctx context.Context, rdb redis.Cmdable, name string, kinds ...string) (*Latches, error) {
+	k, fk := wire.KeysFor(name), wire.SemFairKeysFor(name)
+	prefixes := map[string]string{k.Latch(""): UnlockLatch, k.AcquireLatch(""): AcquireLatch,
+		fk.AcquireLatch(""): AcquireLatch, fk.ReleaseLatch(""): ReleaseLatch}
+	if slices.Contains(kinds, KindSeats) {
+		sk := wire.SeatsKeysFor(wire.Venue(name))
+		prefixes[sk.AcquireLatch("")] = AcquireLatch
+		prefixes[sk.ReleaseLatch("")] = ReleaseLatch
+	}
+	// Every prefix ends in "_latch:<a tag>:": one scan per tail.
+	tails := map[string]bool{}
+	for p := range prefixes {
+		tails[p[strings.Index(p, "_latch:"):]] = true
+	}
 	found := map[string]bool{}
-	var cursor uint64
-	calls := 0
-	for {
-		keys, next, err := rdb.Scan(ctx, cursor, pattern, ScanCount).Result()
-		if err != nil {
-			return nil, fmt.Errorf("scan latches: %w", err)
-		}
-		calls++
-		for _, key := range keys {
-			for p := range prefixes {
-				if strings.HasPrefix(key, p) {
-					found[key] = true
+	partial := false
+	for tail := range tails {
+		pattern := "*" + globEscape(tail) + "*"
+		var cursor uint64
+		calls := 0
+		for {
+			keys, next, err := rdb.Scan(ctx, cursor, pattern, ScanCount).Result()
+			if err != nil {
+				return nil, fmt.Errorf("scan latches: %w", err)
+			}
+			calls++
+			for _, key := range keys {
+				for p := range prefixes {
+					if strings.HasPrefix(key, p) {
+						found[key] = true
+					}
 				}
 			}
+			cursor = next
+			if cursor == 0 || calls >= MaxScanCalls {
+				break
+			}
 		}
-		cursor = next
-		if cursor == 0 || calls >= MaxScanCalls {
-			break
-		}
+		partial = partial || cursor != 0
 	}
-	l := &Latches{Keys: []Latch{}, Found: len(found), Partial: cursor != 0}
+	kindOf := func(key string) (string, string) {
+		for p, kind := range prefixes {
+			if strings.HasPrefix(key, p) {
+				return kind, p
+			}
+		}
+		return "", ""
+	}
+	l := &Latches{Keys: []Latch{}, Found: len(found), Partial: partial}
 	keys := make([]string, 0, len(found))
 	for key := range found {
 		keys = append(keys, key)
-		if strings.HasPrefix(key, k.Latch("")) {
+		switch kind, _ := kindOf(key); kind {
+		case UnlockLatch:
 			l.Unlock++
-		} else {
+		case AcquireLatch:
 			l.Acquire++
+		default:
+			l.Release++
 		}
 	}
 	sort.Strings(keys)
@@ -141,11 +177,8 @@ func ReadLatches(ctx context.Context, rdb redis.Cmdable, name string) (*Latches,
 		if d, err := ttls[i].Result(); err == nil && d >= 0 {
 			ttl = d.Milliseconds()
 		}
-		for p, kind := range prefixes {
-			if strings.HasPrefix(key, p) {
-				l.Keys = append(l.Keys, Latch{Kind: kind, Key: key, RequestID: strings.TrimPrefix(key, p), Value: v, TTLMs: ttl})
-			}
-		}
+		kind, p := kindOf(key)
+		l.Keys = append(l.Keys, Latch{Kind: kind, Key: key, RequestID: strings.TrimPrefix(key, p), Value: v, TTLMs: ttl})
 	}
 	// Newest first: the most time left (no expiry counts as the most).
 	left := func(x Latch) int64 {
@@ -186,7 +219,7 @@ func ReadFrame(ctx context.Context, rdb redis.Cmdable, name string, n int, now t
 		return f
 	}
 	f.Report = r
-	if l, err := ReadLatches(ctx, rdb, name); err != nil {
+	if l, err := ReadLatches(ctx, rdb, name, r.Kinds...); err != nil {
 		f.LatchError = err.Error()
 	} else {
 		f.Latches = l
@@ -234,7 +267,11 @@ func (f *Frame) writeLatches(b *strings.Builder) {
 		b.WriteString(s + "\n")
 	default:
 		l := f.Latches
-		fmt.Fprintf(b, "latches: %d (%d unlock, %d acquire)", l.Found, l.Unlock, l.Acquire)
+		fmt.Fprintf(b, "latches: %d (%d unlock, %d acquire", l.Found, l.Unlock, l.Acquire)
+		if l.Release > 0 {
+			fmt.Fprintf(b, ", %d release", l.Release)
+		}
+		b.WriteString(")")
 		if l.Partial {
 			fmt.Fprintf(b, ", scan stopped after %d calls: maybe more", MaxScanCalls)
 		}
