@@ -121,7 +121,8 @@ type AcquireOptions struct {
 	// Lease is the explicit lease; 0: the watchdog keeps the permits.
 	Lease time.Duration
 	// Wait bounds the wait in the queue; Forever waits until ctx ends; 0
-	// makes one attempt that never queues.
+	// makes one attempt that never queues (see TryAcquire for how this
+	// differs from the fair lock's wait 0).
 	Wait time.Duration
 	// Position, when not nil, is called after every attempt that leaves
 	// the caller queued, with its place: how many requests are ahead of it
@@ -151,6 +152,15 @@ func (f *Fair) AcquireWith(ctx context.Context, n int, o AcquireOptions) (*Permi
 // attempt that never queues, granted only when nobody waits and n permits
 // are free). It returns a nil Permit and a nil error when the wait ran out,
 // and follows Acquire's rules otherwise.
+//
+// Wait 0 here and in the fair lock: the fair lock's TryLockFor(ctx, 0,
+// lease) makes one queued attempt (as Redisson's tryLock(0, lease)): it
+// joins the tail for that attempt and, not granted, leaves at once, a
+// second round trip. Who is granted is the same (only when nobody is
+// queued ahead and the lock, here n permits, is free); what differs is
+// that the fair lock's caller is in the queue for a moment (others see it,
+// and a crash in between leaves it queued until it is pruned), while
+// TryAcquire(wait 0) writes nothing to the queue.
 func (f *Fair) TryAcquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
 	if wait < 0 {
 		return nil, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, wait)
