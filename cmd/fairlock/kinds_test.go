@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -293,9 +294,16 @@ func TestInspectKindSeats(t *testing.T) {
 		assert.Equal(t, []string{seat("1B"), seat("1C")}, r.Seats.Waiting[0].Seats)
 		assert.True(t, r.OK)
 
-		// A seat of the venue that nobody holds or waits for is no such lock.
-		_, code = inspectText(t, b, seat("9Z"))
+		// A seat of the venue that nobody holds or waits for is no such
+		// lock, with a hint at the venue.
+		s, code := inspectText(t, b, seat("9Z"))
 		assert.Equal(t, 4, code)
+		assert.Contains(t, s, "no such lock")
+		assert.Contains(t, strings.Join(strings.Fields(s), " "), fmt.Sprintf("its seat venue %q has state", venue))
+		r, code = inspectJSON(t, b, seat("9Z"))
+		assert.Equal(t, 4, code)
+		assert.False(t, r.Found)
+		assert.Equal(t, venue, r.Venue)
 	})
 }
 

@@ -52,6 +52,10 @@ type Found struct {
 	Seats   *SeatsState
 	// OK is false when a kind found has a problem of severity Error.
 	OK bool
+	// OtherVenue is the venue of name (a seat name with a hash tag) when
+	// the venue has state but name is none of its seats: a hint for a
+	// misspelled seat.
+	OtherVenue string
 }
 
 // RWState is a read-write lock (Redisson's RReadWriteLock, package rwlock).
@@ -326,6 +330,8 @@ func ReadAll(ctx context.Context, rdb redis.Cmdable, name string, now time.Time)
 		if name == sk.Venue || st.Seat != "" {
 			f.Seats = st
 			f.Kinds = append(f.Kinds, KindSeats)
+		} else {
+			f.OtherVenue = sk.Venue
 		}
 	}
 	f.OK = true

@@ -90,6 +90,9 @@ type Report struct {
 	Found bool `json:"found"`
 	// Kinds are the kinds of state found (KindLock ...), usually one.
 	Kinds []string `json:"kinds"`
+	// Venue, when the name is not found but is a seat name whose venue
+	// has state (a misspelled seat?), is that venue.
+	Venue string `json:"venue,omitempty"`
 	// LockKind says which lock the lock's keys are: "reentrant", "fenced
 	// or fair" (a token counter, nobody queued) or "fair" (a queue).
 	LockKind string `json:"lock_kind,omitempty"`
@@ -149,6 +152,9 @@ func Read(ctx context.Context, rdb redis.Cmdable, name string, now time.Time) (*
 	r := &Report{Name: name, Found: f.Found(), Kinds: f.Kinds, NowMs: f.NowMs, RedisTimeMs: f.RedisTimeMs, OK: f.OK,
 		Holders: []Holder{}, Queue: []Waiter{}, Unqueued: []Waiter{}, Problems: []Problem{},
 		RWLock: f.RW, FairSemaphore: f.FairSem, ExpirableSemaphore: f.ExpSem, Seats: f.Seats}
+	if !r.Found {
+		r.Venue = f.OtherVenue
+	}
 	k := wire.KeysFor(name)
 	r.Keys.Lock, r.Keys.Queue, r.Keys.Timeouts, r.Keys.ScalableQueue, r.Keys.Grace =
 		k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), k.Grace()

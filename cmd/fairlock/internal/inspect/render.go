@@ -31,6 +31,10 @@ func (r *Report) WriteText(w io.Writer) error {
 func (r *Report) writeText(b *strings.Builder, watch bool, extra func(*strings.Builder)) {
 	if !r.Found {
 		b.WriteString(wrap("", fmt.Sprintf("lock %q: no such lock (no key of any kind this library writes)", r.Name)))
+		if r.Venue != "" {
+			b.WriteString(wrap("  ", fmt.Sprintf("(its seat venue %q has state, but no holder or queue names this seat: "+
+				"inspect %q shows the venue)", r.Venue, r.Venue)))
+		}
 	}
 	if len(r.Kinds) > 1 {
 		names := make([]string, len(r.Kinds))
