@@ -9,6 +9,11 @@
 // HGETALL, PTTL, LRANGE, ZRANGE WITHSCORES, GET, TIME), so the State
 // describes one instant of the server, and it never writes.
 //
+// ReadAll reads every kind of state the library keeps under a name (the
+// lock, a read-write lock, the fair and the permit-expirable semaphores,
+// the name's seat venue: see Found) in one such transaction, and says
+// which kinds it found, none for a name with no key ("no such lock").
+//
 // Unlock and acquisition latches are not read: their keys carry a request
 // id, so finding them would take a SCAN.
 package lockstate

@@ -1,12 +1,15 @@
-// Package inspect reads the state of one lock from Redis, read-only, and
-// reports who holds it, who waits for it in which order with which deadline,
-// and anything in that state that the scripts should never leave behind.
+// Package inspect reads what the library keeps under one name from Redis,
+// read-only: each kind of state found (a lock, a read-write lock, a fair or
+// a permit-expirable semaphore, a seat venue), who holds it, who waits for
+// it in which order with which deadline, and anything in that state that
+// the scripts should never leave behind; or that there is no such lock.
 //
 // The state is read and checked by internal/lockstate (one MULTI/EXEC of
 // read commands, so the report describes one instant of the server, and
 // never writes); this package turns it into the report the command prints.
-// For inspect --watch, ReadFrame adds the lock's unlock and acquisition
-// latch keys, found with a bounded SCAN MATCH (ReadLatches), also read-only.
+// For inspect --watch, ReadFrame adds the name's unlock, acquisition and
+// release latch keys, found with a bounded SCAN MATCH (ReadLatches), also
+// read-only.
 package inspect
 
 import (
