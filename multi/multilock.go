@@ -40,7 +40,6 @@ type MultiLock struct {
 	mu   sync.Mutex
 	h    *multiHold // current hold (nil: none)
 	last *multiHold // the hold that ended last (Err after it)
-	left []*member  // members whose release failed: retried by the next Unlock or acquisition
 
 	// Test hooks: deliberately broken variants that the tests show caught.
 	callerOrder bool // take members in the caller's order (no canonical order)
@@ -178,9 +177,6 @@ func (l *MultiLock) acquire(ctx context.Context, md mode, wait, lease time.Durat
 	if ctx == nil {
 		return false, fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
 	}
-	if err := l.giveBackLeft(ctx); err != nil {
-		return false, err
-	}
 	l.mu.Lock()
 	if h := l.h; h != nil && h.ended && h.err != nil {
 		l.mu.Unlock()
@@ -238,12 +234,10 @@ func (l *MultiLock) acquire(ctx context.Context, md mode, wait, lease time.Durat
 		}
 		// Not acquired: give back what was taken, on a fresh bounded
 		// context whatever ctx's state.
+		// A release not confirmed is retried by the member's own handle
+		// (as its Unlock says), which its next acquisition waits for.
 		if !l.noRollback {
-			for _, err := range releaseAll(cleanupCtx(ctx), held, true) {
-				if err != nil {
-					l.keepLeft(held, err)
-				}
-			}
+			releaseAll(cleanupCtx(ctx), held, true)
 		}
 		if failErr != nil {
 			return false, failErr
@@ -356,12 +350,14 @@ func (l *MultiLock) memberEnded(h *multiHold, mb *member) {
 // Unlock releases one hold of every member (Redisson's unlock: every member,
 // not stopping at the first error). It returns the members' errors joined
 // (each a *MemberError; fairlock.ErrNotHeld for a member this owner no
-// longer holds), and nil when every member was released. The MultiLock's
-// hold ends with the last Unlock whatever the errors: a member whose release
-// failed for another reason than ErrNotHeld (Redis unreachable) is released
-// again by the next Unlock or acquisition of this MultiLock. As each
-// member's Unlock, it runs to completion on a fresh context bounded by the
-// member's cleanup timeout when ctx ends.
+// longer holds), and nil when every member was released. Each member's
+// Unlock releases one count of that member, once: a release Redis did not
+// confirm (unreachable) is retried by the member's own handle in the
+// background, as its Unlock says, and never sent again by the MultiLock (a
+// second release of one count would free a member a re-entered MultiLock
+// still holds). The MultiLock's hold ends with the last Unlock whatever the
+// errors. As each member's Unlock, it runs to completion on a fresh context
+// bounded by the member's cleanup timeout when ctx ends.
 func (l *MultiLock) Unlock(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
@@ -369,12 +365,7 @@ func (l *MultiLock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	h := l.h
 	if h == nil {
-		left := l.left
-		l.left = nil
 		l.mu.Unlock()
-		if len(left) > 0 {
-			return l.release(ctx, left)
-		}
 		return fmt.Errorf("%w: multi: this MultiLock holds nothing", fairlock.ErrNotHeld)
 	}
 	last := h.count == 1
@@ -382,7 +373,7 @@ func (l *MultiLock) Unlock(ctx context.Context) error {
 		h.releasing = true
 	}
 	l.mu.Unlock()
-	err := l.release(ctx, l.order())
+	err := errors.Join(releaseAll(ctx, l.order(), false)...)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h.count--
@@ -395,54 +386,6 @@ func (l *MultiLock) Unlock(ctx context.Context) error {
 		l.h, l.last = nil, h
 	}
 	return err
-}
-
-// release unlocks ms and keeps those whose release failed (other than not
-// held) for a later attempt.
-func (l *MultiLock) release(ctx context.Context, ms []*member) error {
-	errs := releaseAll(ctx, ms, false)
-	var failed []*member
-	for i, err := range errs {
-		if err != nil && !errors.Is(err, fairlock.ErrNotHeld) {
-			failed = append(failed, ms[i])
-		}
-	}
-	if len(failed) > 0 {
-		l.mu.Lock()
-		l.left = append(l.left, failed...)
-		l.mu.Unlock()
-	}
-	return errors.Join(errs...)
-}
-
-// keepLeft keeps the member of held named by err (a *MemberError) for a
-// later release.
-func (l *MultiLock) keepLeft(held []*member, err error) {
-	var me *MemberError
-	if !errors.As(err, &me) {
-		return
-	}
-	for _, mb := range held {
-		if mb.idx == me.Index {
-			l.mu.Lock()
-			l.left = append(l.left, mb)
-			l.mu.Unlock()
-		}
-	}
-}
-
-// giveBackLeft releases the members whose earlier release failed, before a
-// new acquisition (a failure is kept for the next time and does not stop
-// the acquisition, which re-enters such a member if it is still held).
-func (l *MultiLock) giveBackLeft(ctx context.Context) error {
-	l.mu.Lock()
-	left := l.left
-	l.left = nil
-	l.mu.Unlock()
-	if len(left) > 0 {
-		_ = l.release(cleanupCtx(ctx), left)
-	}
-	return nil
 }
 
 // IsHeld reports whether this MultiLock's owners hold every member.
