@@ -3,6 +3,7 @@ package multi_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -62,8 +63,103 @@ func TestMultiLockReentryKeepsMembersAfterFailedUnlock(t *testing.T) {
 	}
 	require.NoError(t, l.Unlock(ctx))
 	require.Empty(t, locked(t, ctx, direct, ns))
-	_ = errors.New
-	_ = context.Background
-	_ = time.Second
-	_ = fairlock.ErrLost
+}
+
+// callAll calls every exported method of v with plausible arguments (a live
+// context, one-second durations, zero values) and reports each one that
+// panics, blocks (takes a second or more), returns an error that does not
+// match ErrInvalidValue, or a channel that is not closed.
+func callAll(t *testing.T, what string, v any) {
+	t.Helper()
+	rv := reflect.ValueOf(v)
+	for i := range rv.NumMethod() {
+		m := rv.Type().Method(i)
+		fn := rv.Method(i)
+		args := make([]reflect.Value, fn.Type().NumIn())
+		for j := range args {
+			in := fn.Type().In(j)
+			switch {
+			case in == reflect.TypeFor[context.Context]():
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				args[j] = reflect.ValueOf(ctx)
+			case in == reflect.TypeFor[time.Duration]():
+				args[j] = reflect.ValueOf(time.Second)
+			default:
+				args[j] = reflect.Zero(in)
+			}
+		}
+		var out []reflect.Value
+		start := time.Now()
+		panicked := func() (p any) {
+			defer func() { p = recover() }()
+			out = fn.Call(args)
+			return nil
+		}()
+		if panicked != nil {
+			t.Errorf("%s.%s panics: %v", what, m.Name, panicked)
+			continue
+		}
+		if d := time.Since(start); d >= time.Second {
+			t.Errorf("%s.%s blocks (%v)", what, m.Name, d)
+		}
+		for _, o := range out {
+			switch o.Type() {
+			case reflect.TypeFor[error]():
+				if m.Name == "Err" {
+					continue // it reports an ended hold: nil is as clear as an error here
+				}
+				if err, _ := o.Interface().(error); !errors.Is(err, fairlock.ErrInvalidValue) {
+					t.Errorf("%s.%s returns %v, want an error matching ErrInvalidValue", what, m.Name, err)
+				}
+			case reflect.TypeFor[<-chan struct{}]():
+				select {
+				case <-o.Interface().(<-chan struct{}):
+				default:
+					t.Errorf("%s.%s: the channel is not closed (a zero value holds nothing)", what, m.Name)
+				}
+			case reflect.TypeFor[bool]():
+				if o.Bool() {
+					t.Errorf("%s.%s says true (a zero value holds nothing)", what, m.Name)
+				}
+			case reflect.TypeFor[time.Time]():
+				if !o.Interface().(time.Time).IsZero() {
+					t.Errorf("%s.%s is not the zero time", what, m.Name)
+				}
+			}
+		}
+	}
+}
+
+// Issue 30, 2.9: a zero or nil value of every public type of multi returns
+// an error (ErrInvalidValue), a closed channel or a zero result; it never
+// panics or blocks. A nil *SeatHold is what TryAcquire returns when its wait
+// runs out: `defer hold.Release(ctx)` after a timeout must not panic, and
+// its Release says nothing is held.
+func TestZeroAndNilValues(t *testing.T) {
+	for what, v := range map[string]any{
+		"MultiLock{}":       &multi.MultiLock{},
+		"(*MultiLock)(nil)": (*multi.MultiLock)(nil),
+		"RedLock{}":         &multi.RedLock{},
+		"(*RedLock)(nil)":   (*multi.RedLock)(nil),
+		"Seats{}":           &multi.Seats{},
+		"(*Seats)(nil)":     (*multi.Seats)(nil),
+		"SeatHold{}":        &multi.SeatHold{},
+		"(*SeatHold)(nil)":  (*multi.SeatHold)(nil),
+	} {
+		callAll(t, what, v)
+	}
+	var h *multi.SeatHold
+	require.ErrorIs(t, h.Release(context.Background()), fairlock.ErrNotHeld)
+	require.NoError(t, h.Err())
+	require.Zero(t, h.Token())
+	require.Empty(t, h.Tokens())
+	require.Empty(t, h.Names())
+	require.Zero(t, (&multi.RedLock{}).Quorum())
+	require.Empty(t, (&multi.MultiLock{}).Members())
+
+	var me *multi.MemberError
+	require.NotPanics(t, func() { _ = me.Error() })
+	require.NotPanics(t, func() { _ = me.Unwrap() })
+	require.NotPanics(t, func() { _ = (&multi.MemberError{}).Error() })
 }

@@ -56,10 +56,18 @@ type MemberError struct {
 }
 
 func (e *MemberError) Error() string {
+	if e == nil {
+		return "multi: <nil MemberError>"
+	}
 	return fmt.Sprintf("multi: member %d (%q, owner %s): %v", e.Index, e.Name, e.Owner, e.Err)
 }
 
-func (e *MemberError) Unwrap() error { return e.Err }
+func (e *MemberError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // member is one validated member.
 type member struct {

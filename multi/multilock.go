@@ -33,6 +33,11 @@ import (
 // re-enters (Lock on a held MultiLock re-enters every member; as many
 // Unlocks release it). Goroutines that must exclude each other need their
 // own MultiLocks over their own handles.
+//
+// Make one with New. On a zero or nil MultiLock every call that talks to
+// Redis (Lock, LockWithLease, TryLock, TryLockFor, Unlock, IsHeld) returns
+// an error matching fairlock.ErrInvalidValue at once; Done is closed, Err
+// nil, ValidUntil zero, Tokens and Members empty.
 type MultiLock struct {
 	byIdx   []*member // the caller's order
 	members []*member // canonical order
@@ -103,11 +108,30 @@ func halfBase(writeOwner string) string { return writeOwner[:len(writeOwner)-len
 
 // Members returns the members in the order they are taken.
 func (l *MultiLock) Members() []Member {
+	if l.zero() {
+		return nil
+	}
 	out := make([]Member, len(l.members))
 	for i, mb := range l.order() {
 		out[i] = mb.m
 	}
 	return out
+}
+
+var errZeroMulti = fmt.Errorf("%w: zero multi.MultiLock (use New)", fairlock.ErrInvalidValue)
+
+// zero reports a nil MultiLock or one not made by New.
+func (l *MultiLock) zero() bool { return l == nil || len(l.members) == 0 }
+
+// check refuses a zero MultiLock and a nil ctx.
+func (l *MultiLock) check(ctx context.Context) error {
+	if l.zero() {
+		return errZeroMulti
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	}
+	return nil
 }
 
 func (l *MultiLock) order() []*member {
@@ -136,6 +160,9 @@ func (l *MultiLock) Lock(ctx context.Context) error {
 // earlier whose lease runs out before the last is taken makes the
 // acquisition start again. A lease under 10 ms is refused by the members.
 func (l *MultiLock) LockWithLease(ctx context.Context, lease time.Duration) error {
+	if err := l.check(ctx); err != nil {
+		return err
+	}
 	if lease <= 0 {
 		return fmt.Errorf("%w: lease %v", fairlock.ErrInvalidValue, lease)
 	}
@@ -160,6 +187,9 @@ func (l *MultiLock) TryLock(ctx context.Context) (bool, error) {
 // member's TryLock; otherwise TryLockFor(0, lease)). A lease of 0 lets the
 // watchdog keep every member; a positive one is each member's lease.
 func (l *MultiLock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, err
+	}
 	if wait < 0 || lease < 0 {
 		return false, fmt.Errorf("%w: wait %v, lease %v", fairlock.ErrInvalidValue, wait, lease)
 	}
@@ -174,8 +204,8 @@ var errHeldLost = errors.New("multi: a member already taken was lost")
 
 // acquire is every acquisition: members in order, as md says.
 func (l *MultiLock) acquire(ctx context.Context, md mode, wait, lease time.Duration) (bool, error) {
-	if ctx == nil {
-		return false, fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	if err := l.check(ctx); err != nil {
+		return false, err
 	}
 	l.mu.Lock()
 	if h := l.h; h != nil && h.ended && h.err != nil {
@@ -359,8 +389,8 @@ func (l *MultiLock) memberEnded(h *multiHold, mb *member) {
 // errors. As each member's Unlock, it runs to completion on a fresh context
 // bounded by the member's cleanup timeout when ctx ends.
 func (l *MultiLock) Unlock(ctx context.Context) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	if err := l.check(ctx); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	h := l.h
@@ -390,6 +420,9 @@ func (l *MultiLock) Unlock(ctx context.Context) error {
 
 // IsHeld reports whether this MultiLock's owners hold every member.
 func (l *MultiLock) IsHeld(ctx context.Context) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, err
+	}
 	for _, mb := range l.order() {
 		ok, err := mb.m.IsHeld(ctx)
 		if err != nil || !ok {
@@ -406,6 +439,9 @@ func (l *MultiLock) IsHeld(ctx context.Context) (bool, error) {
 // nothing is held the channel is already closed. After a loss the other
 // members are still held: call Unlock to release them.
 func (l *MultiLock) Done() <-chan struct{} {
+	if l.zero() {
+		return closedChan
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.h != nil {
@@ -418,6 +454,9 @@ func (l *MultiLock) Done() <-chan struct{} {
 // loss of a member it is a *MemberError naming it and matching
 // fairlock.ErrLost (or fairlock.ErrClosed when its client was closed).
 func (l *MultiLock) Err() error {
+	if l.zero() {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -433,6 +472,9 @@ func (l *MultiLock) Err() error {
 // until which every member is known to be held (see fairlock.Handle's
 // ValidUntil). Zero when nothing is held or the hold has ended.
 func (l *MultiLock) ValidUntil() time.Time {
+	if l.zero() {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	h := l.h
 	l.mu.Unlock()
@@ -451,6 +493,9 @@ func (l *MultiLock) ValidUntil() time.Time {
 // member in the order given to New: the member's token for a fenced or fair
 // lock, 0 for a member without tokens. Nil when nothing is held.
 func (l *MultiLock) Tokens() []int64 {
+	if l.zero() {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.h == nil {

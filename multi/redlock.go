@@ -27,6 +27,11 @@ import (
 // SIGSTOP) past its validity, or a clock that jumps, can let two owners
 // believe they hold it. Use fencing tokens (Tokens) checked by the
 // resource; see docs/design.md, "Package multi".
+//
+// Make one with NewRedLock. On a zero or nil RedLock every call that talks
+// to Redis (Lock, LockWithLease, TryLock, TryLockFor, Unlock) returns an
+// error matching fairlock.ErrInvalidValue at once; Done is closed, Err nil,
+// ValidUntil zero, Quorum 0, Tokens and Granted nil.
 type RedLock struct {
 	members []*member
 	quorum  int
@@ -107,8 +112,29 @@ func NewRedLock(members []Member, opts ...RedLockOption) (*RedLock, error) {
 	return r, nil
 }
 
-// Quorum is how many members must grant: N/2+1.
-func (r *RedLock) Quorum() int { return r.quorum }
+// Quorum is how many members must grant: N/2+1 (0 on a zero RedLock).
+func (r *RedLock) Quorum() int {
+	if r.zero() {
+		return 0
+	}
+	return r.quorum
+}
+
+var errZeroRedLock = fmt.Errorf("%w: zero multi.RedLock (use NewRedLock)", fairlock.ErrInvalidValue)
+
+// zero reports a nil RedLock or one not made by NewRedLock.
+func (r *RedLock) zero() bool { return r == nil || len(r.members) == 0 || r.busy == nil }
+
+// check refuses a zero RedLock and a nil ctx.
+func (r *RedLock) check(ctx context.Context) error {
+	if r.zero() {
+		return errZeroRedLock
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	}
+	return nil
+}
 
 // Drift is the clock-drift allowance subtracted from a lease: lease/100 +
 // 2 ms (Redlock's rule; the same as every handle's ValidUntil).
@@ -136,6 +162,9 @@ func (r *RedLock) Lock(ctx context.Context) error {
 // LockWithLease is Lock with an explicit lease: the RedLock is valid for
 // lease − elapsed − drift from its winning round, and no watchdog renews it.
 func (r *RedLock) LockWithLease(ctx context.Context, lease time.Duration) error {
+	if err := r.check(ctx); err != nil {
+		return err
+	}
 	if lease <= 0 {
 		return fmt.Errorf("%w: lease %v", fairlock.ErrInvalidValue, lease)
 	}
@@ -149,6 +178,9 @@ func (r *RedLock) TryLock(ctx context.Context) (bool, error) { return r.acquire(
 // TryLockFor tries rounds for up to wait (at least one), with lease (0: the
 // watchdog's); false with a nil error when no round won in time.
 func (r *RedLock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if err := r.check(ctx); err != nil {
+		return false, err
+	}
 	if wait < 0 || lease < 0 {
 		return false, fmt.Errorf("%w: wait %v, lease %v", fairlock.ErrInvalidValue, wait, lease)
 	}
@@ -158,8 +190,8 @@ func (r *RedLock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bo
 // acquire runs rounds until one wins, wait runs out (wait -1: never) or ctx
 // ends.
 func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if ctx == nil {
-		return false, fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	if err := r.check(ctx); err != nil {
+		return false, err
 	}
 	if err := r.busy.enter(ctx); err != nil {
 		return false, err
@@ -355,8 +387,8 @@ func (r *RedLock) lose(h *redHold, err error) {
 // member's release runs to completion on a fresh context bounded by its
 // client's cleanup timeout when ctx ends. ErrNotHeld when nothing is held.
 func (r *RedLock) Unlock(ctx context.Context) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	if err := r.check(ctx); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	h := r.h
@@ -406,6 +438,9 @@ func (r *RedLock) release(ctx context.Context, ms []*member) error {
 // loss of the RedLock (its validity passed, or fewer than a quorum of its
 // members are still held); Err then says why. Closed when nothing is held.
 func (r *RedLock) Done() <-chan struct{} {
+	if r.zero() {
+		return closedChan
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.h != nil {
@@ -418,6 +453,9 @@ func (r *RedLock) Done() <-chan struct{} {
 // matching fairlock.ErrLost that says why, joined with the lost members'
 // errors (*MemberError).
 func (r *RedLock) Err() error {
+	if r.zero() {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
@@ -434,6 +472,9 @@ func (r *RedLock) Err() error {
 // lease − drift; with the watchdog lease it moves with the members'
 // renewals. Zero when nothing is held or the hold has ended.
 func (r *RedLock) ValidUntil() time.Time {
+	if r.zero() {
+		return time.Time{}
+	}
 	r.mu.Lock()
 	h := r.h
 	r.mu.Unlock()
@@ -454,6 +495,9 @@ func (r *RedLock) ValidUntil() time.Time {
 // separate sequences: a resource keeps one fence per deployment (see
 // docs/design.md). Nil when nothing is held.
 func (r *RedLock) Tokens() []int64 {
+	if r.zero() {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.h == nil {
@@ -465,6 +509,9 @@ func (r *RedLock) Tokens() []int64 {
 // Granted reports, per member in the order given to NewRedLock, whether it
 // granted the current hold. Nil when nothing is held.
 func (r *RedLock) Granted() []bool {
+	if r.zero() {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.h == nil {

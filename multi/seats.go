@@ -405,6 +405,12 @@ func (m *venueMember) ValidUntil() time.Time {
 // SeatHold is one grant of a set of seats, held until Release, the end of
 // its lease (an explicit lease, or the watchdog's when renewals fail), or
 // Close. Its methods are safe for concurrent use.
+//
+// A nil *SeatHold (what TryAcquire returns when its wait runs out) and a
+// zero SeatHold hold nothing: Release returns an error matching both
+// fairlock.ErrNotHeld and fairlock.ErrInvalidValue (so `defer
+// hold.Release(ctx)` after a timeout is harmless), Done is closed, Err nil,
+// ValidUntil zero, Token 0, Names and Tokens empty.
 type SeatHold struct {
 	m      *core.Mutex // OneVenue
 	token  int64       // OneVenue
@@ -434,14 +440,24 @@ func (a *acrossHold) release(ctx context.Context) error {
 }
 
 // Names are the seats held, sorted.
-func (p *SeatHold) Names() []string { return slices.Clone(p.names) }
+func (p *SeatHold) Names() []string {
+	if p == nil {
+		return nil
+	}
+	return slices.Clone(p.names)
+}
+
+// empty reports a nil or zero SeatHold: no grant.
+func (p *SeatHold) empty() bool { return p == nil || (p.m == nil && p.across == nil) }
+
+var errNoSeatHold = fmt.Errorf("%w: %w: seats: no hold (a nil or zero SeatHold; TryAcquire returns nil when its wait runs out)", fairlock.ErrNotHeld, fairlock.ErrInvalidValue)
 
 // Token is the grant's fencing token: the venue's counter, INCRed by every
 // grant, so for each seat its holders' tokens increase (use with fence).
 // Across venues there is no one counter: Token is 0, and Tokens gives each
 // seat its venue's token.
 func (p *SeatHold) Token() int64 {
-	if p.across != nil {
+	if p.empty() || p.across != nil {
 		return 0
 	}
 	return p.token
@@ -451,6 +467,9 @@ func (p *SeatHold) Token() int64 {
 // venue's grant (OneVenue: the same token for every seat). For each seat,
 // its holders' tokens increase.
 func (p *SeatHold) Tokens() []int64 {
+	if p.empty() {
+		return nil
+	}
 	if p.across != nil {
 		return slices.Clone(p.across.tokens)
 	}
@@ -466,6 +485,9 @@ func (p *SeatHold) Tokens() []int64 {
 // (across venues: when a venue's hold had ended, after giving back the
 // others).
 func (p *SeatHold) Release(ctx context.Context) error {
+	if p.empty() {
+		return errNoSeatHold
+	}
 	if p.across != nil {
 		return p.across.release(ctx)
 	}
@@ -475,6 +497,9 @@ func (p *SeatHold) Release(ctx context.Context) error {
 // Done is closed when the hold ends (across venues: when any venue's hold
 // ends; the other venues' seats are then given back at once).
 func (p *SeatHold) Done() <-chan struct{} {
+	if p.empty() {
+		return closedChan
+	}
 	if p.across != nil {
 		return p.across.l.Done()
 	}
@@ -485,6 +510,9 @@ func (p *SeatHold) Done() <-chan struct{} {
 // fairlock.ErrLost when the hold was lost, fairlock.ErrClosed after Close
 // (across venues: a *MemberError naming the venue's holds key).
 func (p *SeatHold) Err() error {
+	if p.empty() {
+		return nil
+	}
 	if p.across != nil {
 		return p.across.l.Err()
 	}
@@ -494,6 +522,9 @@ func (p *SeatHold) Err() error {
 // ValidUntil is the local instant until which the hold is valid (zero once
 // it ended; across venues, the earliest venue's).
 func (p *SeatHold) ValidUntil() time.Time {
+	if p.empty() {
+		return time.Time{}
+	}
 	if p.across != nil {
 		return p.across.l.ValidUntil()
 	}
