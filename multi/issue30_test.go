@@ -163,3 +163,52 @@ func TestZeroAndNilValues(t *testing.T) {
 	require.NotPanics(t, func() { _ = me.Unwrap() })
 	require.NotPanics(t, func() { _ = (&multi.MemberError{}).Error() })
 }
+
+// Issue 30, 2.10: RedLock refuses at once what can never succeed: a lease
+// under the minimum (each member refuses it), and members whose Clients
+// are closed. Before the fix both were taken for "not won yet":
+// LockWithLease(5 ms) looped until its ctx ended, TryLockFor returned
+// (false, nil).
+func TestRedLockRefusesErrorsThatNeverClear(t *testing.T) {
+	cl := newCluster(t, 3, false)
+	name := redistest.Prefix(t) + "rl"
+
+	t.Run("lease under the minimum", func(t *testing.T) {
+		r, _ := cl.user(t, name)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		err := r.LockWithLease(ctx, 5*time.Millisecond)
+		require.ErrorIs(t, err, fairlock.ErrInvalidValue)
+		require.Less(t, time.Since(start), 2*time.Second)
+		ok, err := r.TryLockFor(ctx, 5*time.Second, 5*time.Millisecond)
+		require.ErrorIs(t, err, fairlock.ErrInvalidValue)
+		require.False(t, ok)
+		require.Less(t, time.Since(start), 3*time.Second)
+	})
+
+	t.Run("closed clients", func(t *testing.T) {
+		ms := make([]multi.Member, len(cl.ds))
+		var cs []*fairlock.Client
+		for i, d := range cl.ds {
+			c := newClient(t, d.Client(t))
+			cs = append(cs, c)
+			m, err := reentrant.New(c, name)
+			require.NoError(t, err)
+			ms[i] = m
+		}
+		r, err := multi.NewRedLock(ms)
+		require.NoError(t, err)
+		for _, c := range cs {
+			require.NoError(t, c.Close())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		start := time.Now()
+		ok, err := r.TryLockFor(ctx, 5*time.Second, 0)
+		require.ErrorIs(t, err, fairlock.ErrClosed)
+		require.False(t, ok)
+		require.ErrorIs(t, r.Lock(ctx), fairlock.ErrClosed)
+		require.Less(t, time.Since(start), 3*time.Second)
+	})
+}

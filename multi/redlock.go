@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/internal/core"
 )
 
 // RedLock is one lock over N independent Redis deployments (Redlock, as
@@ -161,6 +162,7 @@ func (r *RedLock) Lock(ctx context.Context) error {
 
 // LockWithLease is Lock with an explicit lease: the RedLock is valid for
 // lease − elapsed − drift from its winning round, and no watchdog renews it.
+// A lease under 10 ms is refused at once (fairlock.ErrInvalidValue).
 func (r *RedLock) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if err := r.check(ctx); err != nil {
 		return err
@@ -177,6 +179,14 @@ func (r *RedLock) TryLock(ctx context.Context) (bool, error) { return r.acquire(
 
 // TryLockFor tries rounds for up to wait (at least one), with lease (0: the
 // watchdog's); false with a nil error when no round won in time.
+//
+// Every acquisition (Lock, LockWithLease, TryLock, TryLockFor) ends at once
+// with an error that no later round could clear: a lease under 10 ms
+// (fairlock.ErrInvalidValue), or a round in which a member reported its
+// Client closed (fairlock.ErrClosed) or refused its arguments
+// (fairlock.ErrInvalidValue, fairlock.ErrInvalidName), joined as
+// *MemberError. A member that does not answer, or refuses because the lock
+// is held, only makes the round lose.
 func (r *RedLock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if err := r.check(ctx); err != nil {
 		return false, err
@@ -192,6 +202,9 @@ func (r *RedLock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bo
 func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if err := r.check(ctx); err != nil {
 		return false, err
+	}
+	if lease > 0 && lease < core.MinLease {
+		return false, fmt.Errorf("%w: lease %v is under %v", fairlock.ErrInvalidValue, lease, core.MinLease)
 	}
 	if err := r.busy.enter(ctx); err != nil {
 		return false, err
@@ -229,6 +242,11 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 		if ctx.Err() != nil {
 			return false, canceled(ctx, lastErr)
 		}
+		if permanent(err) {
+			// A closed Client or a refused argument never clears: no
+			// later round can do better.
+			return false, err
+		}
 		if wait == 0 {
 			return false, nil
 		}
@@ -247,6 +265,12 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 			return false, nil
 		}
 	}
+}
+
+// permanent reports an error of a round that no later round can clear: a
+// member's Client closed, or a member refusing its arguments.
+func permanent(err error) bool {
+	return errors.Is(err, fairlock.ErrClosed) || errors.Is(err, fairlock.ErrInvalidValue) || errors.Is(err, fairlock.ErrInvalidName)
 }
 
 // round sends one attempt to every member at once and waits for every
