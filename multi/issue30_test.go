@@ -212,3 +212,159 @@ func TestRedLockRefusesErrorsThatNeverClear(t *testing.T) {
 		require.Less(t, time.Since(start), 3*time.Second)
 	})
 }
+
+// stalled starts a redis-server of its own and a Client on it, and returns
+// a function that stops the server with SIGSTOP until the end of t (it is
+// resumed before the Client closes).
+func stalled(t *testing.T) (*fairlock.Client, *redistest.Server, func()) {
+	srv := redistest.StartT(t)
+	c := newClient(t, srv.Backend().Client(t))
+	return c, srv, func() {
+		require.NoError(t, srv.Pause())
+		t.Cleanup(func() { _ = srv.Resume() })
+	}
+}
+
+// within runs f and fails t unless it returns within bound (it waits at
+// most a minute for it).
+func within(t *testing.T, what string, bound time.Duration, f func() error) {
+	t.Helper()
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		d := time.Since(start)
+		t.Logf("%s: returned after %v: %v", what, d.Round(time.Millisecond), err)
+		require.Less(t, d, bound, "%s took %v, want under %v", what, d, bound)
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: still blocked after a minute (want under %v)", what, bound)
+	}
+}
+
+// Issue 30, 1: a timed call of package multi on a stalled server (SIGSTOP)
+// returns within its wait plus one attempt bound (and the give-back of
+// what it took, bounded the same way). The wait here is 1 s; the bound
+// asserted is wait + 3 s. Before the fix: MultiLock.TryLockFor 12.5-13.6
+// s, Seats.TryAcquire 12.2 s (one venue) and 17.3 s (across venues).
+func TestTimedCallsOnAStalledServer(t *testing.T) {
+	const wait, bound = time.Second, 4 * time.Second
+	t.Run("MultiLock.TryLockFor", func(t *testing.T) {
+		c, _, stop := stalled(t)
+		ns := names(t, 3)
+		l := newMulti(t, handles(t, kinds[0], c, ns)...)
+		stop()
+		within(t, "TryLockFor(1 s)", bound, func() error {
+			ok, err := l.TryLockFor(context.Background(), wait, 0)
+			require.False(t, ok)
+			require.Error(t, err, "an outage is not hidden as a wait that ran out")
+			return err
+		})
+	})
+	t.Run("MultiLock.TryLockFor, one member stalled", func(t *testing.T) {
+		live := newClient(t, redistest.Real(t).Client(t))
+		c, _, stop := stalled(t)
+		ns := names(t, 3)
+		ms := append(handles(t, kinds[2], live, ns[:2]), kinds[2].make(t, c, ns[2]))
+		l := newMulti(t, ms...)
+		stop()
+		within(t, "TryLockFor(1 s)", bound, func() error {
+			ok, err := l.TryLockFor(context.Background(), wait, 0)
+			require.False(t, ok)
+			require.Error(t, err, "an outage is not hidden as a wait that ran out")
+			return err
+		})
+		require.Empty(t, locked(t, testCtx(t), live, ns[:2]), "what was taken is given back")
+	})
+	t.Run("MultiLock.TryLock", func(t *testing.T) {
+		c, _, stop := stalled(t)
+		l := newMulti(t, handles(t, kinds[1], c, names(t, 2))...)
+		stop()
+		within(t, "TryLock", bound, func() error {
+			ok, err := l.TryLock(context.Background())
+			require.False(t, ok)
+			return err
+		})
+	})
+	t.Run("Seats.TryAcquire one venue", func(t *testing.T) {
+		c, _, stop := stalled(t)
+		tag := redistest.Prefix(t)
+		s, err := multi.NewSeats(c, "{"+tag+"}:a", "{"+tag+"}:b")
+		require.NoError(t, err)
+		stop()
+		within(t, "TryAcquire(1 s)", bound, func() error {
+			h, err := s.TryAcquire(context.Background(), wait, 0)
+			require.Nil(t, h)
+			require.Error(t, err, "an outage is not hidden as a wait that ran out")
+			return err
+		})
+	})
+	t.Run("Seats.TryAcquire across venues", func(t *testing.T) {
+		c, _, stop := stalled(t)
+		tag := redistest.Prefix(t)
+		s, err := multi.NewSeats(c, "{"+tag+"1}:a", "{"+tag+"2}:b", "{"+tag+"3}:c")
+		require.NoError(t, err)
+		require.Equal(t, multi.AcrossVenues, s.Mode())
+		stop()
+		within(t, "TryAcquire(1 s)", bound, func() error {
+			h, err := s.TryAcquire(context.Background(), wait, 0)
+			require.Nil(t, h)
+			require.Error(t, err, "an outage is not hidden as a wait that ran out")
+			return err
+		})
+	})
+}
+
+// Issue 30, 1: a MultiLock's TryLockFor after a Lock of it cut short by its
+// ctx while Redis was unreachable returns within its wait plus one attempt
+// bound; before the fix it waited for the earlier call's background
+// give-back, until its own ctx ended.
+func TestMultiLockTryLockForAfterACutShortLock(t *testing.T) {
+	c, srv, stop := stalled(t)
+	ns := names(t, 2)
+	l := newMulti(t, handles(t, kinds[0], c, ns)...)
+	stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, l.Lock(ctx), fairlock.ErrCanceled)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel2()
+	within(t, "TryLockFor(1 s)", 4*time.Second, func() error {
+		ok, err := l.TryLockFor(ctx2, time.Second, 0)
+		require.False(t, ok)
+		return err
+	})
+	require.NoError(t, srv.Resume())
+}
+
+// Issue 30, 1: RedLock.Unlock with a member that granted the hold stopped
+// (SIGSTOP) returns within the attempt timeout (plus slack) with an error
+// saying that member's release is not confirmed; the member's handle keeps
+// retrying it in the background. Before the fix it blocked 20 s.
+func TestRedLockUnlockWithAStoppedMember(t *testing.T) {
+	cl := newCluster(t, 3, true)
+	name := redistest.Prefix(t) + "rl"
+	r, _ := cl.user(t, name)
+	ctx := testCtx(t)
+	require.NoError(t, r.Lock(ctx))
+	require.Equal(t, []bool{true, true, true}, r.Granted())
+	cl.pause(t, 2)
+	within(t, "Unlock", 3*time.Second, func() error {
+		err := r.Unlock(context.Background())
+		require.Error(t, err)
+		var me *multi.MemberError
+		require.ErrorAs(t, err, &me)
+		require.Equal(t, 2, me.Index)
+		return err
+	})
+	require.Equal(t, []bool{false, false, false}, cl.lockedOn(t, ctx, name, 2))
+	// The stopped member's release still runs: the next acquisition wins
+	// with the two others, within its bound.
+	within(t, "TryLockFor(1 s, 3 s)", 4*time.Second, func() error {
+		ok, err := r.TryLockFor(context.Background(), time.Second, 3*time.Second)
+		require.True(t, ok)
+		return err
+	})
+	require.Equal(t, []bool{true, true, false}, r.Granted())
+	require.NoError(t, r.Unlock(ctx))
+}

@@ -172,7 +172,12 @@ func (l *MultiLock) LockWithLease(ctx context.Context, lease time.Duration) erro
 
 // TryLock makes one attempt on each member in the canonical order (each
 // member's TryLock: a fair member never queues) and stops at the first that
-// is not free, giving back what it took: false with a nil error.
+// is not free, giving back what it took: false with a nil error. Each
+// member's attempt is bounded by one attempt bound (one second): a member
+// that does not answer by then (Redis stalled or unreachable) ends the call
+// with an error matching ErrNoAnswer, and the give-back of what was taken
+// is bounded the same way (a release not confirmed then goes on in the
+// member's handle, in the background).
 func (l *MultiLock) TryLock(ctx context.Context) (bool, error) {
 	return l.acquire(ctx, once, 0, 0)
 }
@@ -186,6 +191,13 @@ func (l *MultiLock) TryLock(ctx context.Context) (bool, error) {
 // lasts. A wait of 0 makes one attempt on each member (with lease 0, each
 // member's TryLock; otherwise TryLockFor(0, lease)). A lease of 0 lets the
 // watchdog keep every member; a positive one is each member's lease.
+//
+// The call returns within wait plus one attempt bound (one second), plus
+// one more for the give-back of what it took: a member that has not
+// answered by then (Redis stalled or unreachable, or its handle still
+// giving back an earlier acquisition) ends the call with an error matching
+// ErrNoAnswer, not a false that would hide the outage. A give-back not
+// confirmed in its bound goes on in the member's handle, in the background.
 func (l *MultiLock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
@@ -213,9 +225,10 @@ func (l *MultiLock) acquire(ctx context.Context, md mode, wait, lease time.Durat
 		return false, fmt.Errorf("%w: multi: the current hold was lost (%v); Unlock it before acquiring again", fairlock.ErrLost, h.err)
 	}
 	l.mu.Unlock()
-	var deadline time.Time
+	var deadline, callEnd time.Time
 	if md == bounded {
 		deadline = time.Now().Add(wait)
+		callEnd = deadline.Add(attemptBound)
 	}
 	order := l.order()
 	for {
@@ -231,7 +244,10 @@ func (l *MultiLock) acquire(ctx context.Context, md mode, wait, lease time.Durat
 					break // the wait ran out: not acquired
 				}
 			}
-			tok, ok, lost, err := l.step(ctx, mb, md, w, lease, dones)
+			bctx, cancel := bound(ctx, md, callEnd)
+			tok, ok, lost, err := l.step(bctx, mb, md, w, lease, dones)
+			cut := ctx.Err() == nil && errors.Is(context.Cause(bctx), errBound)
+			cancel()
 			if ok {
 				held = append(held, mb)
 				dones = append(dones, mb.m.Done())
@@ -242,6 +258,8 @@ func (l *MultiLock) acquire(ctx context.Context, md mode, wait, lease time.Durat
 					failErr = canceled(ctx, mb.errf(err))
 				} else if lost {
 					restart = true
+				} else if cut {
+					failErr = mb.errf(noAnswer(err))
 				} else {
 					failErr = mb.errf(err)
 				}
@@ -263,11 +281,14 @@ func (l *MultiLock) acquire(ctx context.Context, md mode, wait, lease time.Durat
 			restart = true
 		}
 		// Not acquired: give back what was taken, on a fresh bounded
-		// context whatever ctx's state.
-		// A release not confirmed is retried by the member's own handle
-		// (as its Unlock says), which its next acquisition waits for.
-		if !l.noRollback {
-			releaseAll(cleanupCtx(ctx), held, true)
+		// context whatever ctx's state (a timed call's give-back by
+		// attemptBound). A release not confirmed is retried by the
+		// member's own handle (as its Unlock says), which its next
+		// acquisition waits for.
+		if !l.noRollback && len(held) > 0 {
+			gctx, cancel := giveBackCtx(ctx, md)
+			releaseAll(gctx, held, true)
+			cancel()
 		}
 		if failErr != nil {
 			return false, failErr

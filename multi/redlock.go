@@ -42,10 +42,10 @@ type RedLock struct {
 
 	busy acquiring
 
-	mu   sync.Mutex
-	h    *redHold
-	last *redHold
-	left []*member // members whose release failed: retried by the next Unlock or acquisition
+	mu      sync.Mutex
+	h       *redHold
+	last    *redHold
+	pending map[*member]chan struct{} // releases of the last Unlock still running: closed when done
 
 	noValidity bool // test hook: a broken variant that ignores the validity rule
 }
@@ -212,14 +212,9 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 	defer r.busy.leave()
 	r.mu.Lock()
 	held := r.h != nil
-	left := r.left
-	r.left = nil
 	r.mu.Unlock()
 	if held {
 		return false, fmt.Errorf("%w: multi: this RedLock is held (a RedLock is not reentrant)", fairlock.ErrInvalidValue)
-	}
-	if len(left) > 0 {
-		_ = r.release(cleanupCtx(ctx), left)
 	}
 	deadline := time.Now().Add(wait)
 	var lastErr error
@@ -286,12 +281,34 @@ func (r *RedLock) round(ctx context.Context, timeout, lease time.Duration) (*red
 	res := make([]result, len(r.members))
 	start := time.Now()
 	var wg sync.WaitGroup
+	r.mu.Lock()
+	pending := make([]chan struct{}, len(r.members))
+	for i, mb := range r.members {
+		pending[i] = r.pending[mb]
+	}
+	r.mu.Unlock()
 	for i, mb := range r.members {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			actx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
+			if p := pending[i]; p != nil {
+				// The last Unlock's release of this member is still
+				// running: the member is asked once it is done, within
+				// this attempt's bound.
+				select {
+				case <-p:
+					r.mu.Lock()
+					if r.pending[mb] == p {
+						delete(r.pending, mb)
+					}
+					r.mu.Unlock()
+				case <-actx.Done():
+					res[i] = result{err: fmt.Errorf("%w: multi: the last Unlock's release of this member is still running", ErrNoAnswer)}
+					return
+				}
+			}
 			tok, ok, err := mb.take(actx, once, 0, lease)
 			res[i] = result{tok, ok, err}
 		}()
@@ -317,7 +334,7 @@ func (r *RedLock) round(ctx context.Context, timeout, lease time.Duration) (*red
 	}
 	if len(h.granted) >= r.quorum && (r.noValidity || time.Now().Before(r.validUntil(h))) {
 		if len(extra) > 0 {
-			_ = r.release(cleanupCtx(ctx), extra)
+			_ = r.release(ctx, lease, extra)
 		}
 		h.done, h.stop = make(chan struct{}), make(chan struct{})
 		return h, nil
@@ -326,7 +343,7 @@ func (r *RedLock) round(ctx context.Context, timeout, lease time.Duration) (*red
 	// everything granted. A member that did not answer in time needs
 	// nothing: its handle voids the request it gave up (a late copy of it
 	// does nothing) and gives back a hold it may have left.
-	_ = r.release(cleanupCtx(ctx), append(h.granted, extra...))
+	_ = r.release(ctx, lease, append(h.granted, extra...))
 	return nil, errors.Join(errs...)
 }
 
@@ -406,29 +423,25 @@ func (r *RedLock) lose(h *redHold, err error) {
 // Unlock releases every member granted (at once), ignoring members that are
 // no longer held (a member lost does not make the release fail; Err says if
 // the RedLock was lost). It returns the other errors joined; the RedLock's
-// hold ends anyway, and a member whose release failed (its deployment
-// unreachable) is released again by the next Unlock or acquisition. Each
-// member's release runs to completion on a fresh context bounded by its
-// client's cleanup timeout when ctx ends. ErrNotHeld when nothing is held.
+// hold ends anyway. Each member's release is bounded by the attempt timeout
+// (WithAttemptTimeout), as a round's attempts are, whatever ctx: Unlock
+// returns within it even when a deployment is stalled, and a release not
+// confirmed by then (its error says so) is retried by the member's own
+// handle in the background. ErrNotHeld when nothing is held.
 func (r *RedLock) Unlock(ctx context.Context) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
 	r.mu.Lock()
 	h := r.h
-	left := r.left
-	r.left = nil
 	if h != nil {
 		h.releasing = true
 	}
 	r.mu.Unlock()
 	if h == nil {
-		if len(left) > 0 {
-			return r.release(ctx, left)
-		}
 		return fmt.Errorf("%w: multi: this RedLock holds nothing", fairlock.ErrNotHeld)
 	}
-	err := r.release(ctx, slices.Concat(h.granted, left))
+	err := r.unlockMembers(ctx, h)
 	r.mu.Lock()
 	if !h.ended {
 		h.ended = true
@@ -440,22 +453,69 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	return err
 }
 
-// release unlocks ms at once, keeping those whose release failed (other than
-// not held) for a later attempt.
-func (r *RedLock) release(ctx context.Context, ms []*member) error {
-	errs := releaseAll(ctx, ms, true)
-	var failed []*member
-	for i, err := range errs {
-		if err != nil {
-			failed = append(failed, ms[i])
+// unlockMembers releases h's members at once and waits for them at most
+// the attempt timeout: a member's Unlock cut by it still finishes its own
+// work (bounded by its client's cleanup timeout) in the background, and
+// the next acquisition waits for that (pending).
+func (r *RedLock) unlockMembers(ctx context.Context, h *redHold) error {
+	timeout := r.attemptTimeout(h.lease)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	errs := make([]error, len(h.granted))
+	dones := make([]chan struct{}, len(h.granted))
+	all := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, mb := range h.granted {
+		dones[i] = make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(dones[i])
+			err := mb.m.Unlock(rctx)
+			if errors.Is(err, fairlock.ErrNotHeld) {
+				err = nil
+			}
+			errs[i] = mb.errf(err)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		cancel()
+		close(all)
+	}()
+	t := time.NewTimer(timeout + 50*time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-all:
+		return errors.Join(errs...)
+	case <-t.C:
+	}
+	out := make([]error, len(h.granted))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, mb := range h.granted {
+		select {
+		case <-dones[i]:
+			out[i] = errs[i]
+		default:
+			if r.pending == nil {
+				r.pending = map[*member]chan struct{}{}
+			}
+			r.pending[mb] = dones[i]
+			out[i] = mb.errf(fmt.Errorf("%w: multi: the release is not confirmed within the attempt timeout %v; the member's handle goes on with it in the background", ErrNoAnswer, timeout))
 		}
 	}
-	if len(failed) > 0 {
-		r.mu.Lock()
-		r.left = append(r.left, failed...)
-		r.mu.Unlock()
-	}
-	return errors.Join(errs...)
+	return errors.Join(out...)
+}
+
+// release unlocks ms at once, each bounded by the attempt timeout of lease
+// whatever ctx's state (not held counts as released). A release not
+// confirmed in time is retried by the member's own handle in the
+// background (its Unlock says so), never sent again from here: a second
+// release could free a later hold of the same handle.
+func (r *RedLock) release(ctx context.Context, lease time.Duration, ms []*member) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.attemptTimeout(lease))
+	defer cancel()
+	return errors.Join(releaseAll(rctx, ms, true)...)
 }
 
 // Done returns a channel closed when the current hold ends: Unlock, or the

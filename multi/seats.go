@@ -2,6 +2,7 @@ package multi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -182,15 +183,32 @@ func (h *Seats) Acquire(ctx context.Context, lease time.Duration) (*SeatHold, er
 	return h.acquire(ctx, core.Forever, lease)
 }
 
-// TryAcquire takes every seat at once, waiting at most wait (0: one
-// attempt that never queues, granted only when nobody waits for any of the
-// seats and all are free). It returns a nil SeatHold and a nil error when
-// the wait ran out, and follows Acquire's rules otherwise.
+// TryAcquire takes every seat at once, waiting at most wait in their
+// queues. A wait of 0 makes one attempt that never queues, granted only
+// when nobody waits for any of the seats and all are free: the meaning
+// semaphore.Fair's TryAcquire gives it, not fair.Mutex's (whose Wait 0 is
+// one queued attempt). It returns a nil SeatHold and a nil error when the
+// wait ran out, and follows Acquire's rules otherwise.
+//
+// The call returns within wait plus one attempt bound (one second), and
+// across venues plus one more for the give-back of the venues taken: when
+// Redis does not answer by then (stalled, unreachable) it returns an error
+// matching ErrNoAnswer and its request is voided and given back in the
+// background.
 func (h *Seats) TryAcquire(ctx context.Context, wait, lease time.Duration) (*SeatHold, error) {
 	if wait < 0 {
 		return nil, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, wait)
 	}
-	return h.acquire(ctx, wait, lease)
+	if h.Mode() != OneVenue || ctx == nil {
+		return h.acquire(ctx, wait, lease) // across venues: the MultiLock bounds it
+	}
+	bctx, cancel := context.WithDeadlineCause(ctx, time.Now().Add(wait+attemptBound), errBound)
+	defer cancel()
+	p, err := h.acquire(bctx, wait, lease)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(bctx), errBound) {
+		return nil, noAnswer(err)
+	}
+	return p, err
 }
 
 func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration) (*SeatHold, error) {
