@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -367,4 +369,87 @@ func TestRedLockUnlockWithAStoppedMember(t *testing.T) {
 	})
 	require.Equal(t, []bool{true, true, false}, r.Granted())
 	require.NoError(t, r.Unlock(ctx))
+}
+
+// positions records the reports of a Position callback.
+type positions struct {
+	mu  sync.Mutex
+	got []fairlock.Position
+}
+
+func (p *positions) add(pos fairlock.Position) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.got = append(p.got, pos)
+}
+
+func (p *positions) all() []fairlock.Position {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.got)
+}
+
+// Issue 30, 3: Seats reports a queued request's place, as the fair lock and
+// the fair semaphore do (fairlock.Position): the requests that must leave
+// before it heads every queue it is in. H holds a and b; W1 waits for a,
+// W2 for b; W3 for a and b has W1 and W2 ahead (2), W4 for a and b has 3.
+// Ahead never grows without Joined, and the waiters are granted in order.
+func TestSeatsPosition(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		v := newVenue(t, b)
+		c := v.client()
+		h, err := v.seats(c, "a", "b").Acquire(ctx, 0)
+		require.NoError(t, err)
+		w1 := v.enqueue(ctx, v.seats(c, "a"))
+		w2 := v.enqueue(ctx, v.seats(c, "b"))
+		start := func(p *positions) <-chan result {
+			n := v.requests()
+			ch := make(chan result, 1)
+			go func() {
+				h, err := v.seats(c, "a", "b").AcquireWith(ctx, multi.SeatsOptions{Wait: multi.Forever, Position: p.add})
+				ch <- result{h, err}
+			}()
+			eventually(t, "the request is queued", func() bool { return v.requests() > n && len(p.all()) > 0 })
+			return ch
+		}
+		var p3, p4 positions
+		w3 := start(&p3)
+		w4 := start(&p4)
+		require.Equal(t, fairlock.Position{Ahead: 2, Joined: true}, withoutAt(p3.all()[0]))
+		require.Equal(t, fairlock.Position{Ahead: 3, Joined: true}, withoutAt(p4.all()[0]))
+
+		require.NoError(t, h.Release(ctx))
+		h1, h2 := got(t, w1), got(t, w2)
+		require.NoError(t, h1.Release(ctx))
+		require.NoError(t, h2.Release(ctx))
+		h3 := got(t, w3)
+		require.True(t, pending(w4))
+		require.NoError(t, h3.Release(ctx))
+		require.NoError(t, got(t, w4).Release(ctx))
+		for _, ps := range [][]fairlock.Position{p3.all(), p4.all()} {
+			for i := 1; i < len(ps); i++ {
+				if !ps[i].Joined {
+					require.LessOrEqual(t, ps[i].Ahead, ps[i-1].Ahead, "Ahead grew without Joined: %v", ps)
+				}
+			}
+		}
+		t.Logf("W3 %v; W4 %v", p3.all(), p4.all())
+
+		// TryAcquire's wait 0 never queues: no position, nothing left queued.
+		hb, err := v.seats(c, "b").Acquire(ctx, 0)
+		require.NoError(t, err)
+		var p0 positions
+		h0, err := v.seats(c, "a", "b").AcquireWith(ctx, multi.SeatsOptions{Wait: 0, Position: p0.add})
+		require.NoError(t, err)
+		require.Nil(t, h0)
+		require.Empty(t, p0.all())
+		require.EqualValues(t, 1, v.requests(), "only b's holder")
+		require.NoError(t, hb.Release(ctx))
+	})
+}
+
+func withoutAt(p fairlock.Position) fairlock.Position {
+	p.At, p.ETA = time.Time{}, 0
+	return p
 }

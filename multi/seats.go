@@ -180,7 +180,43 @@ var errZeroSeats = fmt.Errorf("%w: zero multi.Seats (use NewSeats)", fairlock.Er
 // is left and anything a late copy took is given back, in the
 // background), fairlock.ErrClosed after Close, ErrSeatsMixed.
 func (h *Seats) Acquire(ctx context.Context, lease time.Duration) (*SeatHold, error) {
-	return h.acquire(ctx, core.Forever, lease)
+	return h.acquire(ctx, core.Forever, lease, nil)
+}
+
+// Forever, as SeatsOptions.Wait, waits until the seats are granted or ctx
+// ends.
+const Forever = core.Forever
+
+// SeatsOptions are the general form of an acquisition (AcquireWith).
+type SeatsOptions struct {
+	// Lease is the explicit lease; 0: the watchdog keeps the hold.
+	Lease time.Duration
+	// Wait bounds the wait in the queues; Forever waits until ctx ends; 0
+	// makes one attempt that never queues (as TryAcquire's wait 0).
+	Wait time.Duration
+	// Position, when not nil, is called after every attempt that leaves
+	// the caller queued, with its place (fairlock.Position, the type the
+	// fair lock and the fair semaphore report): Ahead is how many requests
+	// must leave before it heads every queue it is in, the distinct owners
+	// ahead of it in any of its seats' queues (exact when read); Joined
+	// says it (re)joined the tails; ETA estimates its wait from the rate at
+	// which the requests ahead moved. Across venues it is the place in the
+	// venue being waited for: each venue after the first starts with
+	// Joined. It runs on the waiting goroutine, between attempts: it must
+	// return quickly. Asking costs no round trip: the attempt's script
+	// walks the caller's queues towards their heads (O(the places ahead)).
+	Position func(fairlock.Position)
+}
+
+// AcquireWith takes every seat as o says: Acquire and TryAcquire with a
+// queue position callback. It returns a nil SeatHold and a nil error when
+// o.Wait ran out, and follows Acquire's rules otherwise (and, with a
+// bounded o.Wait, TryAcquire's bound).
+func (h *Seats) AcquireWith(ctx context.Context, o SeatsOptions) (*SeatHold, error) {
+	if o.Wait == Forever {
+		return h.acquire(ctx, core.Forever, o.Lease, o.Position)
+	}
+	return h.tryAcquire(ctx, o.Wait, o.Lease, o.Position)
 }
 
 // TryAcquire takes every seat at once, waiting at most wait in their
@@ -196,22 +232,26 @@ func (h *Seats) Acquire(ctx context.Context, lease time.Duration) (*SeatHold, er
 // matching ErrNoAnswer and its request is voided and given back in the
 // background.
 func (h *Seats) TryAcquire(ctx context.Context, wait, lease time.Duration) (*SeatHold, error) {
+	return h.tryAcquire(ctx, wait, lease, nil)
+}
+
+func (h *Seats) tryAcquire(ctx context.Context, wait, lease time.Duration, position func(fairlock.Position)) (*SeatHold, error) {
 	if wait < 0 {
 		return nil, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, wait)
 	}
 	if h.Mode() != OneVenue || ctx == nil {
-		return h.acquire(ctx, wait, lease) // across venues: the MultiLock bounds it
+		return h.acquire(ctx, wait, lease, position) // across venues: the MultiLock bounds it
 	}
 	bctx, cancel := context.WithDeadlineCause(ctx, time.Now().Add(wait+attemptBound), errBound)
 	defer cancel()
-	p, err := h.acquire(bctx, wait, lease)
+	p, err := h.acquire(bctx, wait, lease, position)
 	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(bctx), errBound) {
 		return nil, noAnswer(err)
 	}
 	return p, err
 }
 
-func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration) (*SeatHold, error) {
+func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration, position func(fairlock.Position)) (*SeatHold, error) {
 	if h == nil || h.s == nil {
 		return nil, errZeroSeats
 	}
@@ -222,7 +262,7 @@ func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration) (*SeatHo
 		return nil, fmt.Errorf("%w: lease %v", fairlock.ErrInvalidValue, lease)
 	}
 	if h.venues != nil {
-		return h.acquireAcross(ctx, wait, lease)
+		return h.acquireAcross(ctx, wait, lease, position)
 	}
 	// wire.Owner's format, without fmt.
 	owner := h.s.ID + ":" + strconv.FormatInt(h.s.NewThreadID(), 10)
@@ -233,7 +273,7 @@ func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration) (*SeatHo
 	if err != nil {
 		return nil, err
 	}
-	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token})
+	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token, Position: position})
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -252,14 +292,14 @@ type seatsAcquisition struct {
 // OneVenue hold per venue, taken in the canonical order (the venue's slot,
 // then its holds key, which names the venue), with the MultiLock's rollback
 // and restart rules.
-func (h *Seats) acquireAcross(ctx context.Context, wait, lease time.Duration) (*SeatHold, error) {
+func (h *Seats) acquireAcross(ctx context.Context, wait, lease time.Duration, position func(fairlock.Position)) (*SeatHold, error) {
 	if lease > 0 && lease < core.MinLease {
 		return nil, fmt.Errorf("%w: lease %v is under %v", fairlock.ErrInvalidValue, lease, core.MinLease)
 	}
 	vms := make([]*venueMember, len(h.venues))
 	members := make([]Member, len(h.venues))
 	for i, v := range h.venues {
-		vms[i] = &venueMember{v: v}
+		vms[i] = &venueMember{v: v, position: position}
 		members[i] = vms[i]
 	}
 	l, err := New(members...)
@@ -304,9 +344,10 @@ func (h *Seats) acquireAcross(ctx context.Context, wait, lease time.Duration) (*
 // acquisition is a new OneVenue hold, the member's calls are its current
 // (or last) hold's.
 type venueMember struct {
-	v  *Seats
-	mu sync.Mutex
-	h  *SeatHold
+	v        *Seats
+	position func(fairlock.Position) // the acquisition's callback (nil: none)
+	mu       sync.Mutex
+	h        *SeatHold
 }
 
 func (m *venueMember) Name() string { return m.v.k.Holds }
@@ -327,7 +368,7 @@ func (m *venueMember) hold() *SeatHold {
 }
 
 func (m *venueMember) get(ctx context.Context, wait, lease time.Duration) (int64, bool, error) {
-	h, err := m.v.acquire(ctx, wait, lease)
+	h, err := m.v.acquire(ctx, wait, lease, m.position)
 	if h == nil {
 		return 0, false, err
 	}
@@ -578,6 +619,20 @@ func (e *seatsEngine) Try(ctx context.Context, a wire.Args, queue bool) (bool, i
 		return true, r.Token, nil
 	}
 	return false, r.SleepMs, nil
+}
+
+// TryAhead is Try with the caller's queue position (core.AheadTrier).
+func (e *seatsEngine) TryAhead(ctx context.Context, a wire.Args) (bool, int64, wire.Ahead, error) {
+	sa := e.args(a)
+	sa.Queue, sa.Position = true, true
+	r, err := e.s.SeatsScripts().Acquire(ctx, e.s.RDB, e.k, sa)
+	if err != nil {
+		return false, 0, wire.Ahead{Ahead: -1}, err
+	}
+	if r.Granted {
+		return true, r.Token, r.Ahead, nil
+	}
+	return false, r.SleepMs, r.Ahead, nil
 }
 
 func (e *seatsEngine) GiveUp(ctx context.Context, a wire.Args) error {
