@@ -41,7 +41,7 @@ import (
 // Each acquisition is one hold with a fresh owner; holds have the fair
 // lock's promises (wake-up channel per waiter, head grace, latches, a
 // lease on the server's clock, watchdog renewal, Done/Err/ValidUntil, a
-// fencing token per venue).
+// fencing token per venue, a queue position callback: AcquireWith).
 //
 // A seat is not a lock: a fair or reentrant lock on a seat's name does not
 // exclude the seat (an acquisition refuses a seat whose name is a held
