@@ -453,3 +453,38 @@ func withoutAt(p fairlock.Position) fairlock.Position {
 	p.At, p.ETA = time.Time{}, 0
 	return p
 }
+
+// Across venues, the position is the venue being waited for: A is free and
+// taken at once (no report), B is held with one request queued, so the
+// first report is {Ahead 1, Joined}.
+func TestSeatsPositionAcrossVenues(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		p := newPlaza(t, b)
+		c := p.client()
+		hb, err := p.of(c, p.B).Acquire(ctx, 0)
+		require.NoError(t, err)
+		w1 := p.start(ctx, p.of(c, p.B), p.B)
+		var ps positions
+		s := p.of(c, p.A, p.B)
+		require.Equal(t, multi.AcrossVenues, s.Mode())
+		ch := make(chan result, 1)
+		go func() {
+			h, err := s.AcquireWith(ctx, multi.SeatsOptions{Wait: time.Minute, Position: ps.add})
+			ch <- result{h, err}
+		}()
+		eventually(t, "the request reports its place", func() bool { return len(ps.all()) > 0 })
+		require.Equal(t, fairlock.Position{Ahead: 1, Joined: true}, withoutAt(ps.all()[0]))
+		require.NoError(t, hb.Release(ctx))
+		require.NoError(t, got(t, w1).Release(ctx))
+		h := got(t, ch)
+		require.Equal(t, []string{p.A, p.B}, sortedCopy(h.Names()))
+		require.NoError(t, h.Release(ctx))
+	})
+}
+
+func sortedCopy(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
