@@ -197,7 +197,10 @@ func (l *MultiLock) TryLock(ctx context.Context) (bool, error) {
 // answered by then (Redis stalled or unreachable, or its handle still
 // giving back an earlier acquisition) ends the call with an error matching
 // ErrNoAnswer, not a false that would hide the outage. A give-back not
-// confirmed in its bound goes on in the member's handle, in the background.
+// confirmed in its bound goes on in the member's handle, in the background
+// (a member whose server stalls between granting and the give-back adds
+// its client's cleanup timeout: its Unlock, cut mid-call, finishes on a
+// fresh context).
 func (l *MultiLock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if err := l.check(ctx); err != nil {
 		return false, err
