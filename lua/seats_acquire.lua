@@ -23,6 +23,8 @@
 -- ARGV[5]  publish command: "publish" or "spublish"
 -- ARGV[6]  1: join or stay in the queues when not granted; 0: one try that
 --          never queues
+-- ARGV[7]  optional, "1": reply the caller's queue position when it is
+--          queued and not granted (see the replies)
 --
 -- Replies:
 --   {1, token}  granted: the owner holds every seat until now + lease;
@@ -31,6 +33,13 @@
 --   {0, sleep}  not granted (queued in every queue when ARGV[6] is 1): how
 --               long the caller may sleep, ms (>= 1; a wake-up may come
 --               sooner)
+--   {0, sleep, ahead, joined}  the same when ARGV[6] and ARGV[7] are "1":
+--               ahead the requests that must leave (granted and gone, gave
+--               up, pruned) before the caller heads every queue it is in:
+--               the distinct owners ahead of it in any of its seats'
+--               queues (exact; O(the positions walked), at most 64 queues
+--               of the caller); joined 1 when this call put the caller at
+--               the tail of its queues.
 --   errors (nothing written): "fairlock: seats: bad arguments", "... owner
 --   already holds seats", "... owner is queued for other seats", "... seat
 --   <s> is also the name of a held lock", the latch's "acquisition request
@@ -38,6 +47,7 @@
 --   wrong type, a token key that is not an integer.
 local lease, owner, latch_ttl, grace = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local queue = ARGV[6] == '1'
+local want_position = queue and ARGV[7] == '1'
 local seats = {}
 for i = 10, #KEYS do
     seats[#seats + 1] = KEYS[i]
@@ -132,8 +142,13 @@ bad = seats_grace_guard()
 if bad then
     return bad
 end
+local joined = 0
 if queue and not queued then
     join_all(owner, seats)
+    joined = 1
 end
 finish_all()
+if want_position then
+    return {0, seats_reply(owner, seats), seats_ahead(owner, seats), joined}
+end
 return {0, seats_reply(owner, seats)}
