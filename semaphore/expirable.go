@@ -27,7 +27,7 @@ import (
 // Expirable is a handle on a permit-expirable semaphore (Redisson's
 // RPermitExpirableSemaphore). It is safe for concurrent use and cheap to
 // make (NewExpirable talks to nobody). Make one with NewExpirable: on a
-// zero Expirable every call returns an error matching
+// zero Expirable (or a nil *Expirable) every call returns an error matching
 // fairlock.ErrInvalidValue.
 //
 // Acquire and TryAcquire return a Permit: one acquisition of n permits,
@@ -67,7 +67,12 @@ func renewEach(ctx context.Context, s *core.Session, names, owners []string, lea
 }
 
 // Name is the semaphore's name (its pool's key).
-func (e *Expirable) Name() string { return e.name }
+func (e *Expirable) Name() string {
+	if e == nil {
+		return ""
+	}
+	return e.name
+}
 
 // maxSleep bounds a waiter's sleep between attempts when no message comes:
 // a message lost (a pub/sub reconnect, a Java client's publish to a
@@ -157,7 +162,10 @@ func newIDs(n int) []string {
 // explicit lease, or the watchdog's when a renewal fails), for an
 // Expirable a release of its ids by id (here or by a Java client), or
 // Close.
-// Its methods are safe for concurrent use.
+// Its methods are safe for concurrent use. A zero Permit (or a nil
+// *Permit) holds nothing: Release and Err return an error matching
+// fairlock.ErrInvalidValue, Done a closed channel, ValidUntil the zero
+// time, IDs nil, Count and Token 0.
 type Permit struct {
 	m     *core.Mutex
 	ids   []string
@@ -165,19 +173,41 @@ type Permit struct {
 	n     int
 }
 
+var errZeroPermit = fmt.Errorf("%w: zero semaphore.Permit (Acquire returns them)", fairlock.ErrInvalidValue)
+
+// closedDone is the Done channel of a zero Permit.
+var closedDone = func() <-chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+func (p *Permit) zero() bool { return p == nil || p.m == nil }
+
 // IDs are the permits' ids (32 hex characters each), as Redisson shows
 // them: Expirable's by-id calls and a Java client take them. A Fair
 // semaphore's permits have no ids (nil): its holds are one owner each.
-func (p *Permit) IDs() []string { return slices.Clone(p.ids) }
+func (p *Permit) IDs() []string {
+	if p == nil {
+		return nil
+	}
+	return slices.Clone(p.ids)
+}
 
 // Count is how many permits the acquisition took.
-func (p *Permit) Count() int { return p.n }
+func (p *Permit) Count() int {
+	if p == nil {
+		return 0
+	}
+	return p.n
+}
 
 // Token is the acquisition's fencing token: every acquisition through this
 // package gets a larger one than any acquisition of the same semaphore
 // before it (a counter of ours, "fairlock_sem_token:{name}", that
 // Redisson's acquisitions do not touch).
-func (p *Permit) Token() int64 { return p.token }
+func (p *Permit) Token() int64 {
+	if p == nil {
+		return 0
+	}
+	return p.token
+}
 
 // Release gives the permits back (all of them; with retries, as a lock's
 // Unlock). It returns an error matching fairlock.ErrNotHeld when one of
@@ -187,22 +217,42 @@ func (p *Permit) Token() int64 { return p.token }
 // matching fairlock.ErrLost until the release is confirmed) and stop being
 // renewed, and the release is retried in the background until Redis
 // confirms it or their lease runs out.
-func (p *Permit) Release(ctx context.Context) error { return p.m.Unlock(ctx) }
+func (p *Permit) Release(ctx context.Context) error {
+	if p.zero() {
+		return errZeroPermit
+	}
+	return p.m.Unlock(ctx)
+}
 
 // Done returns a channel closed when the permits are no longer held:
 // released, lost (see Err), or ended by Close.
-func (p *Permit) Done() <-chan struct{} { return p.m.Done() }
+func (p *Permit) Done() <-chan struct{} {
+	if p.zero() {
+		return closedDone
+	}
+	return p.m.Done()
+}
 
 // Err says why the permits are no longer held: nil while held or after
 // Release, an error matching fairlock.ErrLost when they were lost (a lease
 // ran out, a renewal found them gone), fairlock.ErrClosed when the client
 // was closed while they were held (Close gives them back).
-func (p *Permit) Err() error { return p.m.Err() }
+func (p *Permit) Err() error {
+	if p.zero() {
+		return errZeroPermit
+	}
+	return p.m.Err()
+}
 
 // ValidUntil is the local instant until which the permits are held for
 // sure (the latest grant's or renewal's send time plus the lease, less a
 // drift margin); zero once they are not held.
-func (p *Permit) ValidUntil() time.Time { return p.m.ValidUntil() }
+func (p *Permit) ValidUntil() time.Time {
+	if p.zero() {
+		return time.Time{}
+	}
+	return p.m.ValidUntil()
+}
 
 // engine runs the semaphore's scripts for one acquisition (core.Engine,
 // core.Voider, core.HeldChecker): ids are its permits, raw.
