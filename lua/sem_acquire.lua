@@ -29,6 +29,8 @@
 -- Reply (not Redisson's, whose caller is its own Java code): {1, token}
 -- when the request holds its permits; {0, ms} otherwise: the time until the
 -- earliest permit expires (at least 1), or -1 when no permit can expire.
+-- A pool that is not a whole number within 2^53 (sem_exact_count) is an
+-- error reply, nothing written (it used to INCR the token, then fail).
 --
 -- Copies of one request (a resend by go-redis, a copy delayed by a stalled
 -- server) count once. The latch (not in Redisson): 'held:<token>' after a
@@ -41,6 +43,10 @@
 -- every token given before); some held, it takes nothing and replies
 -- {0, ms until the earliest of them expires} (not in Redisson, where a copy
 -- takes n more permits and re-adds ids already there: permits lost).
+local pool = redis.call('get', KEYS[1])
+if pool ~= false and sem_exact_count(pool) == nil then
+    return sem_inexact_pool(KEYS[1]) -- before anything is written
+end
 local n = tonumber(ARGV[1])
 local latchTTL = tonumber(ARGV[6 + n])
 local now = sem_now(ARGV[3])

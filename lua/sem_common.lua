@@ -102,6 +102,26 @@ local function sem_exact_count(value)
     return n
 end
 
+-- The count argument arg read as a Lua number, or nil when it is not a
+-- whole number within 2^53 either way (package semaphore's MaxPermits; not
+-- in Redisson, whose counts are Java ints).
+local function sem_count_arg(arg)
+    return sem_exact_count(arg)
+end
+
+-- n (a whole Lua number within 2^53) as Redis takes an integer: plain
+-- digits, never an exponent form such as "1.152921504606847e+18" (how a
+-- Lua number can reach Redis through redis.call).
+local function sem_int(n)
+    return string.format('%d', n)
+end
+
+-- The error reply for a count argument sem_count_arg refuses, or for a
+-- pool a call would move beyond 2^53.
+local function sem_out_of_range(what, v)
+    return redis.error_reply('fairlock: semaphore ' .. what .. ' ' .. tostring(v) .. ' is not a whole number within 2^53')
+end
+
 -- The error reply for a pool sem_exact_count refuses.
 local function sem_inexact_pool(pool)
     return redis.error_reply('fairlock: semaphore pool ' .. pool .. ' does not hold a whole number within 2^53')

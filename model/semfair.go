@@ -204,11 +204,15 @@ func (op *semOp) prune(caller string, grace int64) {
 		head := s.Queue[0]
 		graceRanOut := op.fits(head) && s.GraceOwner == head && s.GraceEnd <= op.now && (s.GraceSecond || grace <= 0)
 		deadline, hasDeadline := s.Deadlines[head]
-		dead := op.doomed(head) || !hasDeadline || (grace <= 0 && deadline <= op.now) || graceRanOut
+		doomed := op.doomed(head)
+		dead := doomed || !hasDeadline || (grace <= 0 && deadline <= op.now) || graceRanOut
 		if !dead {
 			return
 		}
 		op.remove(head, 0)
+		if doomed {
+			s.Woken = append(s.Woken, head) // its next attempt is refused at once
+		}
 	}
 }
 

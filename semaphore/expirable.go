@@ -61,6 +61,27 @@ func NewExpirable(c *fairlock.Client, name string) (*Expirable, error) {
 	return &Expirable{s: s, name: name, k: wire.SemKeysFor(name)}, nil
 }
 
+// MaxPermits is the largest count a semaphore call takes (pools, deltas,
+// permits asked): 2^53, the largest integer the scripts' Lua numbers
+// (doubles) count exactly. A larger count returns an error matching
+// fairlock.ErrInvalidValue and sends nothing; the scripts refuse one too
+// (and a pool that a call would move beyond it), writing nothing.
+const MaxPermits = 1 << 53
+
+// MaxAcquire is the most permits one Expirable acquisition takes: each
+// permit has an id of its own, made here and sent with the request (16
+// bytes each: 16 MiB at most). More returns an error matching
+// fairlock.ErrInvalidValue.
+const MaxAcquire = 1 << 20
+
+// countErr refuses a count beyond ±MaxPermits.
+func countErr(what string, n int) error {
+	if n > MaxPermits || n < -MaxPermits {
+		return fmt.Errorf("%w: %s %d is beyond 2^53 (semaphore.MaxPermits)", fairlock.ErrInvalidValue, what, n)
+	}
+	return nil
+}
+
 // renewEach is the watchdog's renewal of permits (sem_renew.lua).
 func renewEach(ctx context.Context, s *core.Session, names, owners []string, leaseMs int64) ([]wire.RenewStatus, error) {
 	return s.Scripts().SemRenewEach(ctx, s.RDB, names, owners, leaseMs)
@@ -131,6 +152,9 @@ func (e *Expirable) acquire(ctx context.Context, n int, wait, lease time.Duratio
 	}
 	if n <= 0 || lease < 0 {
 		return nil, fmt.Errorf("%w: %d permits, lease %v", fairlock.ErrInvalidValue, n, lease)
+	}
+	if n > MaxAcquire {
+		return nil, fmt.Errorf("%w: %d permits in one acquisition (at most %d: each has an id)", fairlock.ErrInvalidValue, n, MaxAcquire)
 	}
 	raw := newIDs(n)
 	owner := wire.SemOwner(raw)
@@ -404,6 +428,9 @@ func (e *Expirable) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if n < 0 {
 		return false, fmt.Errorf("%w: %d permits", fairlock.ErrInvalidValue, n)
 	}
+	if err := countErr("permits", n); err != nil {
+		return false, err
+	}
 	return call(e, ctx, func(ctx context.Context) (bool, error) {
 		return e.s.Scripts().SemTrySetPermits(ctx, e.s.RDB, e.k, int64(n), e.s.PubCmd())
 	})
@@ -419,6 +446,9 @@ func (e *Expirable) SetPermits(ctx context.Context, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: %d permits", fairlock.ErrInvalidValue, n)
 	}
+	if err := countErr("permits", n); err != nil {
+		return err
+	}
 	_, err := call(e, ctx, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, e.s.Scripts().SemSetPermits(ctx, e.s.RDB, e.k, int64(n), e.s.PubCmd())
 	})
@@ -426,9 +456,14 @@ func (e *Expirable) SetPermits(ctx context.Context, n int) error {
 }
 
 // AddPermits adds n permits to the available count; n may be negative (as
-// in Redisson: the count may go below 0).
+// in Redisson: the count may go below 0). A count that would leave
+// ±MaxPermits is refused (ErrInvalidValue in Go, an error from Redis
+// when only the sum is out of range), the pool left as it was.
 func (e *Expirable) AddPermits(ctx context.Context, n int) error {
 	if err := e.check(ctx); err != nil {
+		return err
+	}
+	if err := countErr("delta", n); err != nil {
 		return err
 	}
 	_, err := call(e, ctx, func(ctx context.Context) (struct{}, error) {
