@@ -102,4 +102,3 @@ func TestSeatsResendAfterTheLatchExpiredKeepsItsGrant(t *testing.T) {
 		require.NoError(t, got.Release(ctx))
 	})
 }
-
