@@ -101,9 +101,9 @@ if seats_holds(owner) then
     if not same then
         return redis.error_reply('fairlock: seats: owner already holds seats')
     end
-    local token = fair_token(KEYS[7], true)
-    latch_grant(KEYS[9], latch_ttl, token)
-    return {1, token}
+    local again = fair_token(KEYS[7], true)
+    latch_grant(KEYS[9], latch_ttl, again)
+    return {1, again}
 end
 if redis.call('exists', unpack(seats)) > 0 then -- one EXISTS; which one only on the error path
     for _, s in ipairs(seats) do

@@ -91,9 +91,9 @@ if sem_holds(owner) then
     if tonumber(HOLD[owner]) ~= n then
         return redis.error_reply('fairlock: semaphore owner already holds permits')
     end
-    local token = fair_token(KEYS[7], true)
-    latch_grant(KEYS[9], ARGV[5], token)
-    return {1, token}
+    local again = fair_token(KEYS[7], true)
+    latch_grant(KEYS[9], ARGV[5], again)
+    return {1, again}
 end
 if POOL == nil then
     return redis.error_reply('fairlock: semaphore permits not set')

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock-go/fairlock"
@@ -279,11 +280,14 @@ func (p *Permit) ValidUntil() time.Time {
 }
 
 // engine runs the semaphore's scripts for one acquisition (core.Engine,
-// core.Voider, core.HeldChecker): ids are its permits, raw.
+// core.Voider, core.HeldChecker, core.Keeper): ids are its permits, raw.
 type engine struct {
 	s   *core.Session
 	k   wire.SemKeys
 	ids []string
+	// kept: how long Redis keeps the latest grant regardless of its lease
+	// (the keys' TTL; -1: no bound), for core.Keeper.
+	kept atomic.Int64
 }
 
 func (g *engine) args(a wire.Args) wire.SemAcquireArgs {
@@ -297,8 +301,9 @@ func (g *engine) args(a wire.Args) wire.SemAcquireArgs {
 // Try makes one attempt: acquired, ttlMs is the grant's token; otherwise
 // the time until the earliest permit expires, at most maxSleep.
 func (g *engine) Try(ctx context.Context, a wire.Args, _ bool) (bool, int64, error) {
-	ok, n, err := g.s.Scripts().SemAcquire(ctx, g.s.RDB, g.k, g.args(a))
+	ok, n, kept, err := g.s.Scripts().SemAcquireKept(ctx, g.s.RDB, g.k, g.args(a))
 	if err != nil || ok {
+		g.kept.Store(kept)
 		return ok, n, err
 	}
 	if n < 0 || n > maxSleep.Milliseconds() {
@@ -333,6 +338,16 @@ func (g *engine) WakeChannel(string) string { return g.k.Channel }
 func (g *engine) Abandon(ctx context.Context, a wire.Args) (bool, error) {
 	_, err := g.s.Scripts().SemAbandon(ctx, g.s.RDB, g.k, g.args(a))
 	return false, err
+}
+
+// GrantKeptMs is how long Redis keeps the grant Try just reported
+// (core.Keeper): the timeouts set's TTL, inherited from the pool, or -1.
+func (g *engine) GrantKeptMs() int64 { return g.kept.Load() }
+
+// KeptMs asks Redis how long the permits are still kept (sem_kept.lua):
+// their lease may have been moved by UpdateLease, here or by a Java client.
+func (g *engine) KeptMs(ctx context.Context, _ string) (int64, error) {
+	return g.s.Scripts().SemKept(ctx, g.s.RDB, g.k, g.ids)
 }
 
 func (g *engine) HeldScript(owner string) (*redis.Script, []string, []any) {

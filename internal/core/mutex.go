@@ -67,6 +67,7 @@ type hold struct {
 	err        error
 	leaseMs    int64 // lease set by the latest acquisition (Redisson's internalLockLeaseTime)
 	watchdog   bool  // kept by the watchdog
+	rechecking bool  // a Keeper's KeptMs is in flight (hold.go, recheck)
 	wd         *watchdog.Entry
 	validUntil time.Time
 	timer      *time.Timer // fires at validUntil
