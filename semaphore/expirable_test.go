@@ -161,9 +161,8 @@ func TestSemaphoreRedissonScenarios(t *testing.T) {
 			require.NoError(t, err)
 			assert.False(t, ok, "the permit expired")
 			// The second permit is a Java client's (Redisson's script): by id,
-			// UpdateLease extends a permit whoever holds it. A Permit of ours
-			// ends at its own lease whatever UpdateLease did (see
-			// TestSemaphorePermitIsAHold).
+			// UpdateLease extends a permit whoever holds it (a Permit of ours
+			// follows it: TestExpirableUpdateLeaseIsKept).
 			j := javaSem{rdb: b.Client(t), k: wire.SemKeysFor(s.Name())}
 			var id2 []string
 			require.Eventually(t, func() bool { id2, _ = j.tryAcquire(t, 1, 300*time.Millisecond); return id2 != nil }, 10*time.Second, 50*time.Millisecond)
