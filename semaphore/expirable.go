@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -168,7 +169,51 @@ func (e *Expirable) acquire(ctx context.Context, n int, wait, lease time.Duratio
 	if err != nil || !ok {
 		return nil, err
 	}
-	return &Permit{m: m, ids: strings.Split(owner, ","), token: token, n: n}, nil
+	p := &Permit{m: m, ids: strings.Split(owner, ","), token: token, n: n}
+	held.add(e.s, e.name, p)
+	return p, nil
+}
+
+// held are this process's Permits of Expirables, by client, semaphore and
+// permit id, so that UpdateLease with a shorter lease cuts a Permit's
+// validity at once (its validity must not outlast what Redis keeps).
+// Entries of Permits that ended are swept as the map grows.
+var held heldPermits
+
+type heldPermits struct {
+	mu   sync.Mutex
+	m    map[heldKey]*core.Mutex
+	next int // sweep ended entries when the map reaches this size
+}
+
+type heldKey struct {
+	s        *core.Session
+	name, id string
+}
+
+func (h *heldPermits) add(s *core.Session, name string, p *Permit) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[heldKey]*core.Mutex{}
+	}
+	if len(h.m) >= h.next {
+		for k, m := range h.m {
+			if m.ValidUntil().IsZero() {
+				delete(h.m, k)
+			}
+		}
+		h.next = 2*len(h.m) + 64
+	}
+	for _, id := range p.ids {
+		h.m[heldKey{s, name, id}] = p.m
+	}
+}
+
+func (h *heldPermits) get(s *core.Session, name, id string) *core.Mutex {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m[heldKey{s, name, strings.ToLower(id)}]
 }
 
 // newIDs makes n permit ids, raw.
@@ -520,7 +565,11 @@ func (e *Expirable) Permits(ctx context.Context) (int, error) {
 
 // UpdateLease gives a held permit a new lease counted from now (0: it
 // never expires). It reports whether the permit was held (not released,
-// not expired).
+// not expired). A Permit holding it follows the new lease: one of this
+// client is cut to a shorter lease at once, and any Permit with an
+// explicit lease, when that runs out, asks Redis and goes on for what a
+// longer lease (set here or by a Java client) left it. A watchdog-kept
+// Permit's next renewal sets the client's lease again.
 func (e *Expirable) UpdateLease(ctx context.Context, id string, lease time.Duration) (bool, error) {
 	if err := e.check(ctx); err != nil {
 		return false, err
@@ -536,9 +585,19 @@ func (e *Expirable) UpdateLease(ctx context.Context, id string, lease time.Durat
 	if lease > 0 {
 		leaseMs = max(1, lease.Milliseconds())
 	}
-	return call(e, ctx, func(ctx context.Context) (bool, error) {
+	sent := time.Now()
+	ok, err := call(e, ctx, func(ctx context.Context) (bool, error) {
 		return e.s.Scripts().SemUpdateLease(ctx, e.s.RDB, e.k, raw[0], leaseMs, wire.ServerClock, e.s.PubCmd())
 	})
+	if err == nil && ok && lease > 0 {
+		// A Permit of this client holding the id: Redis ends it by then,
+		// so its validity must not outlast that (a longer lease is
+		// followed when the Permit's own runs out: core.Keeper).
+		if m := held.get(e.s, e.name, id); m != nil {
+			m.Bound(sent, leaseMs)
+		}
+	}
+	return ok, err
 }
 
 // LeaseTime is a held permit's remaining lease: -1 for a permit with no

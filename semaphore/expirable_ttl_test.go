@@ -188,3 +188,27 @@ func otherClient(t *testing.T, b *redistest.Backend) *fairlock.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// A lease shortened by this client's UpdateLease cuts its Permit's validity
+// at once: the validity must not outlast what Redis keeps (issue 30 items
+// 5 and 6).
+func TestExpirableShorterUpdateLeaseCutsTheValidity(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		s, c := newSem(t, b)
+		require.NoError(t, s.SetPermits(ctx, 1))
+		p, err := s.Acquire(ctx, 1, time.Minute)
+		require.NoError(t, err)
+		// Another handle of the same client on the same semaphore.
+		s2, err := semaphore.NewExpirable(c, s.Name())
+		require.NoError(t, err)
+		start := time.Now()
+		ok, err := s2.UpdateLease(ctx, p.IDs()[0], 2*time.Second)
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.False(t, p.ValidUntil().After(start.Add(2*time.Second)),
+			"valid %v after the update, beyond the new 2 s lease", p.ValidUntil().Sub(start))
+		waitDone(t, p)
+		assert.ErrorIs(t, p.Err(), fairlock.ErrLost)
+	})
+}
