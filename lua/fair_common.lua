@@ -179,7 +179,8 @@ end
 -- free (a first grace that ran out is renewed by finish instead; a caller
 -- with its grace off renews nothing and prunes it, Redisson's way), or a
 -- head the resource can never grant (res_doomed: a semaphore head asking
--- for more permits than the pool has; its own next call is refused). Nobody
+-- for more permits than the pool has: it is woken, and its own next call is
+-- refused). Nobody
 -- else's deadline moves: a dead waiter's time was spent in real time. At
 -- most one pass per queued waiter. head: the head (q_front); returns the
 -- head afterwards.
@@ -193,7 +194,8 @@ local function prune(caller, now, head, grace)
             graced, left, second = grace_read()
         end
         local deadline = q_head_deadline(head)
-        if res_doomed(head) then
+        local doomed = res_doomed(head)
+        if doomed then
             deadline = nil -- never grantable: dead, as a head without a deadline
         end
         -- With the grace on (grace > 0), the deadline alone never prunes:
@@ -210,6 +212,12 @@ local function prune(caller, now, head, grace)
         end
         q_pop_head()
         res_popped(head)
+        if doomed then
+            -- A live waiter can be doomed (a semaphore's pool shrunk below
+            -- its ask): woken, its next attempt is refused at once instead
+            -- of after its sleep (issue 30 item 8).
+            redis.call(PUBCMD, CHANNEL .. ':' .. head, MESSAGE)
+        end
         head = q_front()
     end
     return head

@@ -67,6 +67,7 @@ type hold struct {
 	err        error
 	leaseMs    int64 // lease set by the latest acquisition (Redisson's internalLockLeaseTime)
 	watchdog   bool  // kept by the watchdog
+	rechecking bool  // a Keeper's KeptMs is in flight (hold.go, recheck)
 	wd         *watchdog.Entry
 	validUntil time.Time
 	timer      *time.Timer // fires at validUntil
@@ -206,6 +207,12 @@ func (m *Mutex) bound(sent time.Time, leaseMs int64) {
 		}
 	}
 }
+
+// Bound caps the current hold's validity at sent + leaseMs (less the
+// drift): Redis was told at sent to end the hold by then (the
+// permit-expirable semaphore's UpdateLease with a shorter lease). A later
+// validity is never extended by it.
+func (m *Mutex) Bound(sent time.Time, leaseMs int64) { m.bound(sent, leaseMs) }
 
 // cleanup runs after a failed acquisition, on a fresh context bounded by
 // CleanupTime (ctx may be dead). When the request may have reached Redis in
