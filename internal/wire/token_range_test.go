@@ -86,8 +86,10 @@ func TestLargeNumbersWrittenExactly(t *testing.T) {
 			require.True(t, ok)
 			require.NoError(t, rdb.Set(ctx, k.Token(), bigToken, 0).Err())
 			a := args("c:1", "r1")
-			a.GraceMs = 0                                         // no handoff: the head takes the lock itself
-			ok, _, _, err = e.fs.TryLockWaitToken(ctx, rdb, k, a) // joins
+			// It joins; no grace, so no handoff: the head takes the lock
+			// itself.
+			a.GraceMs = 0
+			ok, _, _, err = e.fs.TryLockWaitToken(ctx, rdb, k, a)
 			require.NoError(t, err)
 			require.False(t, ok)
 			x.GraceMs = 0
