@@ -264,7 +264,10 @@ type FencedHandle struct {
 // fenced lock gives every acquisition a new token, re-entries included (as
 // Redisson); a fair lock's re-entry returns the hold's current token. Send
 // it with every write the lock protects and let the resource refuse writes
-// with an older token (package fence).
+// with an older token (package fence). Tokens are exact up to 2^53: once the
+// lock's token key holds 2^53, every acquisition that would need a new token
+// returns an error at once and changes nothing (docs/design.md, "Fencing
+// tokens"), never a token that repeats or goes back.
 func (h *FencedHandle) LockAndGetToken(ctx context.Context) (int64, error) {
 	if h.zero() {
 		return 0, errZero
