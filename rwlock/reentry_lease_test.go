@@ -65,4 +65,3 @@ func TestReentryWithShorterLeaseKeepsTheHold(t *testing.T) {
 		})
 	}
 }
-
