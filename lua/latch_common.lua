@@ -76,11 +76,12 @@ end
 
 -- token_incr INCRs the token key and returns the new token, or nil with
 -- the key as it was (INCRed back) when the new token is past 2^53 (only
--- then is the key read: one command in the common case). pcall: an INCR
--- error returns nil (an error reply, as it is, second) instead of raising.
-local function token_incr(key, pcall)
+-- then is the key read: one command in the common case). protected: an
+-- INCR error returns nil (an error reply, as it is, second) instead of
+-- raising.
+local function token_incr(key, protected)
     local token
-    if pcall then
+    if protected then
         token = redis.pcall('incr', key)
         if type(token) ~= 'number' then
             return nil, token
