@@ -324,3 +324,4 @@ func TestTokenRangeEnd(t *testing.T) {
 		})
 	})
 }
+
