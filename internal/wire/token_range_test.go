@@ -324,4 +324,3 @@ func TestTokenRangeEnd(t *testing.T) {
 		})
 	})
 }
-
