@@ -286,7 +286,7 @@ local function wake_front(owner, second, grace, other, pttl)
         pttl = pttl or res_blocked(owner)
         if pttl then
             redis.call(PUBCMD, CHANNEL .. ':' .. owner,
-                's:' .. sleep_held(pttl, grace, second) .. ':' .. q_ahead(owner))
+                's:' .. int_str(sleep_held(pttl, grace, second)) .. ':' .. int_str(q_ahead(owner)))
             return pttl
         end
     end
@@ -310,7 +310,9 @@ end
 -- (the head then takes the lock itself, as before): the caller's grace is
 -- off, the head is the caller, joined without a latch (or with one outside
 -- latch_prefix), or its latch exists already (the request was given up:
--- 'void'), or the token key cannot be INCRed. Returns whether it granted.
+-- 'void'), or the token key cannot be INCRed, or its INCR would pass 2^53
+-- (token_incr; the head's own take is then refused, token_check). Returns
+-- whether it granted.
 local function handoff(caller, head, grace, token_key, latch_prefix)
     if not HANDOFF or not head or head == caller or grace <= 0 or not res_free(head) then
         return false
@@ -320,8 +322,8 @@ local function handoff(caller, head, grace, token_key, latch_prefix)
             or redis.call('exists', latch) == 1 then
         return false
     end
-    local token = redis.pcall('incr', token_key)
-    if type(token) ~= 'number' then
+    local token = token_incr(token_key, true)
+    if not token then
         return false
     end
     local ttl = math.min(lease, 2 * grace)
@@ -329,9 +331,9 @@ local function handoff(caller, head, grace, token_key, latch_prefix)
     res_take(head, ttl)
     -- The latch outlives the grant's TTL: a copy of the request that finds
     -- the lock still granted must see the latch, or it would re-enter.
-    redis.call('set', latch, 'granted:' .. token, 'px', math.max(latch_ms, ttl))
+    redis.call('set', latch, 'granted:' .. int_str(token), 'px', math.max(latch_ms, ttl))
     redis.call(PUBCMD, CHANNEL .. ':' .. head,
-        'g:' .. token .. ':' .. ttl .. ':' .. string.sub(latch, #latch_prefix + 2))
+        'g:' .. int_str(token) .. ':' .. int_str(ttl) .. ':' .. string.sub(latch, #latch_prefix + 2))
     return true
 end
 

@@ -47,11 +47,15 @@ func (m *Mutex) granted(sent time.Time, leaseMs int64, watchdogKept bool, q *acq
 		m.S.obs.emit(e)
 	}
 	m.holds++
-	h.leaseMs = leaseMs
 	// The key's TTL was set to leaseMs when Redis ran this acquisition:
 	// its validity replaces the earlier one (a re-entry can shorten an
-	// explicit lease).
-	h.validUntil = validity(sent, leaseMs)
+	// explicit lease), except where the kind's re-entry keeps the longer
+	// TTL (ReentryKeepsLonger: the hold, and the lease it was valid by,
+	// stay the longer ones; issue 30).
+	if v := validity(sent, leaseMs); !reentry || !m.ReentryKeepsLonger || v.After(h.validUntil) {
+		h.leaseMs = leaseMs
+		h.validUntil = v
+	}
 	if watchdogKept && !h.watchdog {
 		h.watchdog = true
 		h.wd = m.S.Watchdog.AddKind(m.Keys.Name, m.Owner, m.WatchKind, h)

@@ -43,6 +43,13 @@ type Mutex struct {
 	Queue bool
 	// Slot is the fair lock's default wait slot; 0: the session's.
 	Slot time.Duration
+	// ReentryKeepsLonger: this kind's re-entry sets the key's TTL to
+	// max(TTL, lease) (the read-write lock's halves), so a re-entry with a
+	// shorter lease never shortens the hold: its validity stays the longer
+	// one, and an acquisition in flight does not bound it. Otherwise (the
+	// reentrant, fair and fenced locks: TTL = the new lease) the validity
+	// follows the latest lease.
+	ReentryKeepsLonger bool
 
 	mu       sync.Mutex
 	settling []<-chan struct{} // give-backs of abandoned requests still running
@@ -65,7 +72,7 @@ type hold struct {
 	done       chan struct{} // made on the first call to Done
 	ended      bool
 	err        error
-	leaseMs    int64 // lease set by the latest acquisition (Redisson's internalLockLeaseTime)
+	leaseMs    int64 // lease set by the latest acquisition (Redisson's internalLockLeaseTime); with ReentryKeepsLonger, the lease of the acquisition the validity is reckoned from
 	watchdog   bool  // kept by the watchdog
 	rechecking bool  // a Keeper's KeptMs is in flight (hold.go, recheck)
 	wd         *watchdog.Entry
@@ -197,7 +204,7 @@ func (m *Mutex) bound(sent time.Time, leaseMs int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h := m.cur
-	if h == nil {
+	if h == nil || m.ReentryKeepsLonger {
 		return
 	}
 	if v := validity(sent, leaseMs); v.Before(h.validUntil) {
