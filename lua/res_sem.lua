@@ -280,7 +280,7 @@ local function res_take(owner, lease)
     local ends = NOW + tonumber(lease)
     redis.call('hset', HOLDERS, owner, n)
     redis.call('zadd', LEASES, ends, owner)
-    HOLD[owner], LEASE[owner] = tostring(n), ends
+    HOLD[owner], LEASE[owner] = int_str(n), ends
     if q_front() then
         sem_want_drop(owner)
     else

@@ -80,7 +80,10 @@ if latchTTL > 0 then
     end
 end
 if held == n then
-    local token = redis.call('incr', KEYS[5])
+    local token = sem_token_incr(KEYS[5])
+    if token == nil then
+        return redis.error_reply(SEM_TOKEN_END)
+    end
     sem_follow(KEYS[1], KEYS[5])
     return {1, token, sem_kept(KEYS[2])}
 end
@@ -100,7 +103,10 @@ end
 sem_reclaim(KEYS[1], KEYS[2], KEYS[3], ARGV[5], now, n)
 local value = redis.call('get', KEYS[1])
 if value ~= false and tonumber(value) >= n then
-    local token = redis.call('incr', KEYS[5])
+    local token = sem_token_incr(KEYS[5])
+    if token == nil then
+        return redis.error_reply(SEM_TOKEN_END)
+    end
     redis.call('decrby', KEYS[1], n)
     local expiry = sem_expiry(ARGV[2], now, ARGV[4])
     for i = 6, 5 + n do
@@ -112,7 +118,7 @@ if value ~= false and tonumber(value) >= n then
     end
     sem_follow(KEYS[1], KEYS[5])
     if latchTTL > 0 then
-        redis.call('set', KEYS[4], 'held:' .. token, 'px', sem_latch_ttl(KEYS[1], latchTTL))
+        redis.call('set', KEYS[4], 'held:' .. sem_int(token), 'px', sem_latch_ttl(KEYS[1], latchTTL))
     end
     return {1, token, sem_kept(KEYS[2])}
 end

@@ -116,6 +116,22 @@ local function sem_int(n)
     return string.format('%d', n)
 end
 
+-- The permit-expirable semaphore's fencing token, INCRed (not in Redisson).
+-- Exact up to 2^53 as the fair locks' are (latch_common.lua's token_incr,
+-- which sem_* scripts do not load): an INCR reply past 2^53 comes back
+-- rounded, a token already given out. Past it the INCR is undone and nil is
+-- returned, so the caller refuses the grant before writing anything else.
+local function sem_token_incr(key)
+    local token = redis.call('incr', key)
+    if math.abs(token) >= 2^53 and redis.call('get', key) ~= '9007199254740992' then
+        redis.call('decr', key)
+        return nil
+    end
+    return token
+end
+
+local SEM_TOKEN_END = 'fairlock: fencing tokens end at 2^53 = 9007199254740992: the semaphore\'s token key is spent'
+
 -- The error reply for a count argument sem_count_arg refuses, or for a
 -- pool a call would move beyond 2^53.
 local function sem_out_of_range(what, v)

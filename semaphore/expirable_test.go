@@ -203,12 +203,17 @@ func TestSemaphoreRedissonScenarios(t *testing.T) {
 			id, err := acq(s, ctx, 1, 0)
 			require.NoError(t, err)
 			require.Len(t, id[0], 32)
+			released := make(chan error, 1)
 			go func() {
 				time.Sleep(200 * time.Millisecond)
-				assert.NoError(t, s.Release(context.Background(), id[0]))
+				released <- s.Release(context.Background(), id[0])
 			}()
 			_, err = acq(s, ctx, 1, 0)
 			require.NoError(t, err)
+			// The release returns before the client closes (at the
+			// subtest's end): under load its reply can come after the
+			// waiter's grant.
+			require.NoError(t, <-released)
 			ids, err := tryAcq(s, ctx, 1, 0, 0)
 			require.NoError(t, err)
 			assert.Nil(t, ids)

@@ -324,3 +324,58 @@ func TestTokenRangeEnd(t *testing.T) {
 		})
 	})
 }
+
+// The permit-expirable semaphore's token (sem_acquire.lua, which loads
+// sem_common.lua, not latch_common.lua): past 1e14 a copy of a granted
+// request replies the token the grant got, exactly (its latch used to hold
+// "held:1.2345678901235e+14", a token larger than the next grant's), and
+// the token ends at 2^53 as the locks' do: the grant that would INCR past
+// it is refused and changes nothing.
+func TestSemTokenRange(t *testing.T) {
+	const end = int64(1) << 53
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		rdb := b.Client(t)
+		s := wire.Default()
+		k := wire.SemKeysFor(redistest.Prefix(t) + "sem")
+		ok, err := s.SemTrySetPermits(ctx, rdb, k, 3, "")
+		require.NoError(t, err)
+		require.True(t, ok)
+		now := time.Now().UnixMilli()
+		acquire := func(id, req string) (bool, int64, error) {
+			return s.SemAcquire(ctx, rdb, k, wire.SemAcquireArgs{IDs: []string{id}, Request: req,
+				LeaseMs: 60000, NowMs: now, LatchMs: 10000})
+		}
+
+		require.NoError(t, rdb.Set(ctx, k.Token, bigToken, 0).Err())
+		got, tok, err := acquire("p1", "r1")
+		require.NoError(t, err)
+		require.True(t, got)
+		assert.Equal(t, bigToken+1, tok)
+		got, again, err := acquire("p1", "r1") // a copy of the same request
+		require.NoError(t, err)
+		require.True(t, got)
+		assert.Equal(t, tok, again, "a copy replies the grant's own token, exactly")
+		got, next, err := acquire("p2", "r2")
+		require.NoError(t, err)
+		require.True(t, got)
+		assert.Greater(t, next, again, "tokens only grow")
+
+		require.NoError(t, rdb.Set(ctx, k.Token, end, 0).Err())
+		avail, err := rdb.Get(ctx, k.Pool).Result()
+		require.NoError(t, err)
+		_, _, err = acquire("p3", "r3")
+		require.Error(t, err, "a grant past 2^53 is refused")
+		assert.Contains(t, err.Error(), "2^53")
+		v, err := rdb.Get(ctx, k.Token).Int64()
+		require.NoError(t, err)
+		assert.Equal(t, end, v, "the refused grant left the token key as it was")
+		after, err := rdb.Get(ctx, k.Pool).Result()
+		require.NoError(t, err)
+		assert.Equal(t, avail, after, "the refused grant took no permit")
+		n, err := rdb.Exists(ctx, k.RequestLatch("r3")).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "the refused grant wrote no latch")
+	})
+}
