@@ -53,6 +53,12 @@ var (
 	// ErrInvalidValue: a nil client or context, a negative duration, or a
 	// setting out of range.
 	ErrInvalidValue = core.ErrInvalidValue
+	// ErrUnavailable: Redis did not answer within a call's bound: a wait
+	// that found Redis unreachable for longer than its outage budget
+	// (WithOutageBudget), or a timed call (TryLock, TryLockFor) whose
+	// attempt or earlier give-back did not get through within its bound.
+	// The error names the address and wraps the last Redis error.
+	ErrUnavailable = core.ErrUnavailable
 )
 
 // Client is one process's connection to the locks on a Redis deployment.
@@ -132,6 +138,10 @@ func WithShardedPubSub(on bool) Option {
 func WithReplicaAck(timeout time.Duration) Option {
 	return func(c *core.Config) { c.ReplicaAck = timeout }
 }
+
+// WithOutageBudget bounds how long a wait goes on while Redis does not
+// answer. PLACEHOLDER
+func WithOutageBudget(d time.Duration) Option { return func(c *core.Config) { c.OutageBudget = d } }
 
 // NewClient makes a Client over rdb (a *redis.Client, *redis.ClusterClient,
 // a Sentinel-backed client, or any redis.UniversalClient), with any of
