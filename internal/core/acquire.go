@@ -20,10 +20,14 @@ import (
 // a reset or refused connection, LOADING, TRYAGAIN, CLUSTERDOWN, READONLY,
 // MASTERDOWN, BUSY) is part of waiting: it is sent again with capped,
 // jittered backoff, with the same request id, so the waiter keeps its queue
-// place, until the wait or ctx ends. Only the end of the wait, a permanent
-// error or Close ends the call; its error then wraps the last Redis error.
+// place, until the wait or ctx ends, or Redis has not answered for the
+// outage budget (Config.OutageBudget). Only the end of the wait, a
+// permanent error, the outage budget or Close ends the call; its error then
+// wraps the last Redis error (ErrUnavailable: the budget, or the bound).
 //
-// It returns as soon as ctx ends (its calls run bounded by ctx, call.go).
+// It returns as soon as ctx ends (its calls run bounded by ctx, call.go),
+// and a timed call (o.Wait >= 0) within o.Wait + the attempt timeout
+// whatever ctx is (bound.go).
 // Whenever it returns without the lock, the owner holds nothing it did not
 // hold before and is no longer queued, or will not be once the give-back
 // that then runs in the background is done: the handle's next acquisition
