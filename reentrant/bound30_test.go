@@ -157,8 +157,8 @@ func TestLockWaitsThroughABlipShorterThanTheOutageBudget(t *testing.T) {
 // call's background give-back. So did TryLockFor. Both now end within their
 // bound (wait + one attempt timeout: go-redis's read timeout, at most
 // 3 s),
-// with an error matching ErrUnavailable while the give-back is pending; the
-// give-back still runs, and once it is done the handle acquires again.
+// with an error matching ErrUnavailable while the give-back is pending (and
+// Lock within the outage budget); the give-back still runs, and once it is done the handle acquires again.
 func TestTryLockAfterACutLockIsBoundedByItsOwnAttempt(t *testing.T) {
 	redistest.Long(t)
 	for _, k := range []kind{kinds[0], kinds[1]} {
@@ -167,7 +167,8 @@ func TestTryLockAfterACutLockIsBoundedByItsOwnAttempt(t *testing.T) {
 			name := redistest.Prefix(t) + "lock"
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			t.Cleanup(func() { _ = rdb.Close() })
-			c := newClient(t, rdb)
+			const budget = 4 * time.Second
+			c := newClient(t, rdb, fairlock.WithOutageBudget(budget))
 			m := newLocker(t, k, c, name)
 			holder := newLocker(t, k, newClient(t, srv.Backend().Client(t)), name)
 			require.NoError(t, m.Lock(context.Background())) // warm: scripts loaded, connections open
@@ -202,6 +203,14 @@ func TestTryLockAfterACutLockIsBoundedByItsOwnAttempt(t *testing.T) {
 				assert.False(t, ok)
 				assert.Error(t, err)
 				assert.Less(t, took, wait+attempt+3*time.Second, "TryLockFor(%v) took %v: %v", wait, took, err)
+			}
+			// Lock has no wait of its own: its wait for the give-back counts
+			// against the outage budget.
+			took, fine = returnsWithin(t, budget+20*time.Second, "Lock", func() { err = m.Lock(context.Background()) })
+			if fine {
+				t.Logf("Lock returned after %v: %v", took, err)
+				assert.ErrorIs(t, err, fairlock.ErrUnavailable)
+				assert.Less(t, took, budget+3*time.Second, "Lock took %v: %v", took, err)
 			}
 
 			require.NoError(t, srv.Resume())
@@ -265,7 +274,8 @@ func TestTimedCallsOnAStoppedServerEndWithinWaitPlusAttemptTimeout(t *testing.T)
 // Item 4: Unlock of a hold that Done and Err already reported lost (the
 // server was killed) took 10.9 s (lease 3 s) or 33 s (the default lease) to
 // return "not confirmed": it waited for the background give-back of the
-// lost hold's field. It now returns at once with an error matching ErrLost;
+// lost hold's field. It now returns at once with an error matching ErrLost
+// and ErrNotHeld;
 // the give-back goes on in the background.
 func TestUnlockOfAHoldReportedLostReturnsAtOnce(t *testing.T) {
 	redistest.Long(t)
@@ -292,6 +302,7 @@ func TestUnlockOfAHoldReportedLostReturnsAtOnce(t *testing.T) {
 			}
 			t.Logf("Unlock returned after %v: %v", took, err)
 			assert.ErrorIs(t, err, fairlock.ErrLost)
+			assert.ErrorIs(t, err, fairlock.ErrNotHeld)
 			assert.Less(t, took, time.Second, "Unlock of a hold reported lost took %v: %v", took, err)
 			// Closing the client stops the background clean-up within its bound.
 			took, _ = returnsWithin(t, 30*time.Second, "Close", func() { _ = c.Close() })

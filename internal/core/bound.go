@@ -110,18 +110,3 @@ func (m *Mutex) settleBy(ctx context.Context, until time.Time) error {
 	}
 	return err
 }
-
-// SettlePending reports whether a give-back of this handle is still
-// running (for tests).
-func (m *Mutex) SettlePending() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, c := range m.settling {
-		select {
-		case <-c:
-		default:
-			return true
-		}
-	}
-	return false
-}
