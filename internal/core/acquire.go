@@ -613,7 +613,13 @@ func (q *acquisition) giveUp(err error) (bool, error) {
 
 func (q *acquisition) leave(err error) (bool, error) {
 	m := q.m
-	m.cleanup(q.ctx, q.a, q.o.Queue, q.suspect, q.o.Slot, q.end)
+	until := q.end
+	if errors.Is(err, ErrUnavailable) {
+		// Redis did not answer within the call's bound: its give-back
+		// goes on in the background, the caller does not wait for it.
+		until = time.Now()
+	}
+	m.cleanup(q.ctx, q.a, q.o.Queue, q.suspect, q.o.Slot, until)
 	if err == nil || errors.Is(err, q.ctx.Err()) {
 		err = q.lastErr // a wait that ended during a Redis outage says so
 	}
