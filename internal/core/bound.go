@@ -24,12 +24,13 @@ import (
 //     error matching ErrUnavailable once Redis has not answered it for the
 //     outage budget (Config.OutageBudget): counted from the send of the
 //     first attempt of the current run of failed attempts; an attempt that
-//     gets a definite answer (or a subscription that succeeds) ends the run.
+//     gets a definite answer ends the run.
 //     It ends at the first failed attempt past the budget; an attempt made
 //     during an outage is bounded by the budget's end, so the call ends
 //     within the longer of the budget and the first failed call (a call on
 //     a stopped server with a Background ctx runs inline, bounded by the
-//     client's timeouts: 12.5 s with go-redis's defaults).
+//     client's own timeouts and retries). It does not wait for its
+//     give-back then (leave).
 //   - Its wait for an earlier give-back of the handle (settle) is bounded
 //     the same way: by the call's end, or by the budget.
 
