@@ -193,10 +193,10 @@ func (h *Handle) opts(wait, lease time.Duration) core.AcquireOpts {
 //
 // After Done/Err reported the handle's hold lost (and until this handle
 // acquires again), Unlock returns at once an error matching both ErrNotHeld
-// and ErrLost (it wraps Err()), and sends nothing: what may be left of the hold in Redis is
-// released by the background give-back the loss started (bounded by the
-// lease and the latch). So defer m.Unlock(ctx) does not hang on a hold
-// that is known to be gone.
+// and ErrLost (it wraps Err()), and sends nothing: what may be left of the
+// hold in Redis is released by the background give-back the loss started
+// (bounded by the lease and the latch). So defer m.Unlock(ctx) does not
+// hang on a hold that is known to be gone.
 func (h *Handle) Unlock(ctx context.Context) error {
 	if h.zero() {
 		return errZero
