@@ -53,6 +53,12 @@ var (
 	// ErrInvalidValue: a nil client or context, a negative duration, or a
 	// setting out of range.
 	ErrInvalidValue = core.ErrInvalidValue
+	// ErrUnavailable: Redis did not answer within a call's bound: a wait
+	// that found Redis unreachable for longer than its outage budget
+	// (WithOutageBudget), or a timed call (TryLock, TryLockFor) whose
+	// attempt or earlier give-back did not get through within its bound.
+	// The error names the address and wraps the last Redis error.
+	ErrUnavailable = core.ErrUnavailable
 )
 
 // Client is one process's connection to the locks on a Redis deployment.
@@ -132,6 +138,25 @@ func WithShardedPubSub(on bool) Option {
 func WithReplicaAck(timeout time.Duration) Option {
 	return func(c *core.Config) { c.ReplicaAck = timeout }
 }
+
+// WithOutageBudget bounds how long a wait with no end of its own (Lock,
+// LockWithLease, a Forever wait; a semaphore's or Seats' too) goes on while
+// Redis does not answer: counted from the send of the first attempt of the
+// current run of failed attempts (a timeout, a refused or reset
+// connection, LOADING, ...); any definite answer ends the run, so a blip
+// shorter than the budget costs nothing, not even a fair waiter's place.
+// Past it, the wait ends at its next failed attempt with an error matching
+// ErrUnavailable that names the address and wraps the last Redis error;
+// what the wait left is given back in the background, as when ctx ends.
+//
+// Default: the longer of two head graces (WithHeadGrace) and the watchdog
+// lease (WithLease), 30 s with the defaults. By then a fair head cut off
+// from Redis has lost its turn (its followers prune a head that let two
+// graces run out), and every watchdog-kept hold whose holder could not
+// reach Redis has ended: waiting on keeps nothing the waiter could count
+// on. A negative value turns it off (wait until ctx ends, as before issue
+// 30). Timed calls (TryLock, TryLockFor) have a tighter bound of their own.
+func WithOutageBudget(d time.Duration) Option { return func(c *core.Config) { c.OutageBudget = d } }
 
 // NewClient makes a Client over rdb (a *redis.Client, *redis.ClusterClient,
 // a Sentinel-backed client, or any redis.UniversalClient), with any of

@@ -75,13 +75,22 @@ func (h *Handle) Owner() string {
 // Lock acquires the lock, waiting as long as ctx allows; a fair lock queues
 // behind earlier waiters, with the handle's wait slot. The watchdog keeps
 // the lock until Unlock (see WithLease). A Redis that times out, refuses
-// connections, is loading, paused or failing over does not end the wait,
-// nor cost a fair waiter its place: the attempt is sent again with the same
-// request id until ctx ends. If ctx ends first, Lock returns at once an
-// error matching both ErrCanceled and ctx.Err() (wrapping the last Redis
-// error, if any), and what it may have left (a queue place, a grant that
-// raced the end) is given back in the background before this handle
-// acquires or unlocks again.
+// connections, is loading, paused or failing over does not end the wait at
+// once, nor cost a fair waiter its place: the attempt is sent again with
+// the same request id. If ctx ends first, Lock returns at once an error
+// matching both ErrCanceled and ctx.Err() (wrapping the last Redis error,
+// if any), and what it may have left (a queue place, a grant that raced the
+// end) is given back in the background before this handle acquires or
+// unlocks again.
+//
+// Retrying has a budget: once Redis has not answered the wait's attempts
+// for the client's outage budget (WithOutageBudget; by default the longer
+// of two head graces and the watchdog lease, 30 s), Lock ends with an error
+// matching ErrUnavailable that names the address and wraps the last Redis
+// error, whatever ctx is (context.Background included). It ends at the
+// first failed attempt past the budget: within the longer of the budget and
+// one Redis call as the go-redis client bounds it. Waiting for a give-back
+// of this handle's earlier call counts against the same budget.
 //
 // A fair waiter that waits longer than its wait slot while queued may be
 // pruned as dead by another client; it then joins again at the tail on its
@@ -118,6 +127,12 @@ func (h *Handle) LockWithLease(ctx context.Context, lease time.Duration) error {
 // Contention is reported as false with a nil error. A fair lock's TryLock
 // never queues, and fails while anyone is queued, even if the lock is free:
 // the queue goes first.
+//
+// It returns within one attempt timeout (the go-redis client's read
+// timeout, at most 3 s), whatever ctx is: an attempt Redis does not answer
+// by then, or a give-back of this handle's earlier call still pending then
+// (none is attempted before it is done), ends it with an error matching
+// ErrUnavailable. See TryLockFor.
 func (h *Handle) TryLock(ctx context.Context) (bool, error) {
 	if h.zero() {
 		return false, errZero
@@ -131,6 +146,16 @@ func (h *Handle) TryLock(ctx context.Context) (bool, error) {
 // to wait, using wait as the wait slot (as Redisson's tryLock(wait, lease));
 // a wait of 0 uses the default slot and makes one queued attempt; when the
 // wait runs out it leaves the queue.
+//
+// The call returns within wait + one attempt timeout, whatever ctx is
+// (context.Background included). The attempt timeout is the go-redis
+// client's read timeout (the longer of its read and write timeouts), at
+// most 3 s, and 3 s when the client has none. Every Redis call of the wait
+// ends by then, and so does the wait for its give-back after the wait (it
+// goes on in the background). A wait that ends because Redis did not
+// answer (an attempt cut at the bound, an attempt that failed when the wait
+// ran out, an earlier give-back of this handle still pending) returns false
+// with an error matching ErrUnavailable that wraps the last Redis error.
 func (h *Handle) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if h.zero() {
 		return false, errZero
@@ -168,6 +193,13 @@ func (h *Handle) opts(wait, lease time.Duration) core.AcquireOpts {
 // the last one ends (Done closed, Err matching ErrLost until the release is
 // confirmed, nil then) and the release is retried in the background until
 // Redis confirms it or the lease runs out.
+//
+// After Done/Err reported the handle's hold lost (and until this handle
+// acquires again), Unlock returns at once an error matching both ErrNotHeld
+// and ErrLost (it wraps Err()), and sends nothing: what may be left of the
+// hold in Redis is released by the background give-back the loss started
+// (bounded by the lease and the latch). So defer m.Unlock(ctx) does not
+// hang on a hold that is known to be gone.
 func (h *Handle) Unlock(ctx context.Context) error {
 	if h.zero() {
 		return errZero

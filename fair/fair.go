@@ -127,7 +127,9 @@ type AcquireOptions struct {
 }
 
 // Acquire queues for the lock as o says. It reports false with a nil error
-// when o.Wait ran out; it has then left the queue. Every way out without the
+// when o.Wait ran out; it has then left the queue. Its bounds are
+// TryLockFor's (o.Wait >= 0: within o.Wait + one attempt timeout) and
+// Lock's (Forever: the client's outage budget), see fairlock.Handle. Every way out without the
 // lock (wait exhausted, ctx ended, an error) leaves the queue with the same
 // slot it joined with.
 func (m *Mutex) Acquire(ctx context.Context, o AcquireOptions) (bool, error) {

@@ -20,10 +20,14 @@ import (
 // a reset or refused connection, LOADING, TRYAGAIN, CLUSTERDOWN, READONLY,
 // MASTERDOWN, BUSY) is part of waiting: it is sent again with capped,
 // jittered backoff, with the same request id, so the waiter keeps its queue
-// place, until the wait or ctx ends. Only the end of the wait, a permanent
-// error or Close ends the call; its error then wraps the last Redis error.
+// place, until the wait or ctx ends, or Redis has not answered for the
+// outage budget (Config.OutageBudget). Only the end of the wait, a
+// permanent error, the outage budget or Close ends the call; its error then
+// wraps the last Redis error (ErrUnavailable: the budget, or the bound).
 //
-// It returns as soon as ctx ends (its calls run bounded by ctx, call.go).
+// It returns as soon as ctx ends (its calls run bounded by ctx, call.go),
+// and a timed call (o.Wait >= 0) within o.Wait + the attempt timeout
+// whatever ctx is (bound.go).
 // Whenever it returns without the lock, the owner holds nothing it did not
 // hold before and is no longer queued, or will not be once the give-back
 // that then runs in the background is done: the handle's next acquisition
@@ -55,12 +59,32 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		return false, ErrClosed
 	}
 	defer m.S.end()
-	if err := m.settle(ctx); errors.Is(err, ErrClosed) {
+	start := time.Now()
+	var end time.Time // a timed call's bound (bound.go); zero: none
+	if o.Wait >= 0 {
+		end = start.Add(o.Wait + m.S.attempt)
+	}
+	settleUntil := end
+	if budget := m.S.Config.OutageBudget; end.IsZero() && budget > 0 {
+		settleUntil = start.Add(budget)
+	}
+	if err := m.settleBy(ctx, settleUntil); errors.Is(err, ErrClosed) {
 		return false, ErrClosed
+	} else if errors.Is(err, errSettleBound) {
+		// The give-back must come first (it could release a new hold, or
+		// leave the new wait's queue place): none is attempted.
+		return false, fmt.Errorf("fairlock: acquire %q: %w", m.Keys.Name,
+			m.S.unavailable(fmt.Sprintf("the give-back of an earlier call of this handle is still pending after %v (it goes on in the background)",
+				time.Since(start).Round(time.Millisecond)), nil))
 	} else if err != nil {
 		return false, canceled(err)
 	}
-	q := m.newAcquisition(ctx, o)
+	q := m.newAcquisition(ctx, o, start, end)
+	if !end.IsZero() {
+		var cancel context.CancelFunc
+		q.cctx, cancel = context.WithDeadline(ctx, end)
+		defer cancel()
+	}
 	ok, ttl, err := q.try()
 	if err != nil || ok {
 		return q.result(ok, err)
@@ -153,12 +177,17 @@ const (
 // acquisition is one Acquire call: its request (one request id while its
 // copies may reach Redis) and the state of its wait.
 type acquisition struct {
-	m        *Mutex
-	ctx      context.Context
-	closing  <-chan struct{}
-	o        AcquireOpts
-	a        wire.Args
-	deadline time.Time // zero: wait until ctx ends
+	m       *Mutex
+	ctx     context.Context
+	cctx    context.Context // the Redis calls' ctx: ctx, bounded by end (and by the outage budget during an outage)
+	closing <-chan struct{}
+	end     time.Time // a timed call's bound, deadline + attempt timeout (bound.go); zero: none
+	// outageSince is the send of the first attempt of the current run of
+	// attempts that got no definite answer (zero: none).
+	outageSince time.Time
+	o           AcquireOpts
+	a           wire.Args
+	deadline    time.Time // zero: wait until ctx ends
 
 	// suspect: an attempt may have left a copy of the request that reaches
 	// Redis later (it failed, or lasted long enough for go-redis to time
@@ -235,10 +264,10 @@ func (q *acquisition) waitOver() {
 	}
 }
 
-func (m *Mutex) newAcquisition(ctx context.Context, o AcquireOpts) *acquisition {
+func (m *Mutex) newAcquisition(ctx context.Context, o AcquireOpts, start, end time.Time) *acquisition {
 	cfg := &m.S.Config
 	q := &acquisition{
-		m: m, ctx: ctx, o: o,
+		m: m, ctx: ctx, cctx: ctx, o: o, end: end,
 		closing: m.S.closeCtx.Done(),
 		a: wire.Args{
 			Owner:     m.Owner,
@@ -256,7 +285,7 @@ func (m *Mutex) newAcquisition(ctx context.Context, o AcquireOpts) *acquisition 
 		q.handoff = h.Handoff()
 	}
 	if o.Wait >= 0 {
-		q.deadline = time.Now().Add(o.Wait)
+		q.deadline = start.Add(o.Wait)
 	}
 	if m.S.obs != nil {
 		q.t0 = time.Now()
@@ -285,20 +314,57 @@ func (q *acquisition) newRequest() {
 // transient error, with backoff, while the wait and ctx last.
 func (q *acquisition) try() (bool, int64, error) {
 	backoff := retryMin
+	budget := q.m.S.Config.OutageBudget
 	for {
-		ok, ttl, err := q.attempt()
+		sent := time.Now()
+		ok, ttl, err := q.boundedAttempt()
 		if err == nil {
 			q.lastErr = nil // a definite answer: Redis is reachable
+			q.outageSince = time.Time{}
 		}
-		if err == nil || !transient(err) || q.expired() {
+		if err == nil || !transient(err) {
 			return ok, ttl, err
 		}
+		if q.expired() {
+			return false, 0, q.m.S.unavailable("no answer before the wait ran out", err)
+		}
 		q.lastErr = err
+		if q.outageSince.IsZero() {
+			q.outageSince = sent
+		}
+		if out := time.Since(q.outageSince); budget > 0 && out >= budget {
+			return false, 0, q.m.S.unavailable(fmt.Sprintf("no answer for %v (outage budget %v)",
+				out.Round(time.Millisecond), budget), err)
+		}
 		if !q.pause(backoff/2 + rand.N(backoff/2+1)) {
 			return false, 0, err
 		}
 		backoff = min(2*backoff, retryMax)
 	}
+}
+
+// boundedAttempt is attempt with its Redis calls bounded: by the call's end
+// (a timed call), or during an outage by the end of the outage budget. A
+// call cut by that bound (its ctx ended, the caller's did not) returns an
+// error matching ErrUnavailable that wraps the last Redis error.
+func (q *acquisition) boundedAttempt() (bool, int64, error) {
+	base := q.cctx
+	budget := q.m.S.Config.OutageBudget
+	if q.end.IsZero() && !q.outageSince.IsZero() && budget > 0 {
+		var cancel context.CancelFunc
+		q.cctx, cancel = context.WithDeadline(base, q.outageSince.Add(budget))
+		defer func() { cancel(); q.cctx = base }()
+	}
+	ok, ttl, err := q.attempt()
+	if err != nil && q.ctx.Err() == nil && q.cctx.Err() != nil &&
+		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		what := fmt.Sprintf("no answer within the call's bound (wait %v + attempt timeout %v)", max(q.o.Wait, 0), q.m.S.attempt)
+		if q.end.IsZero() {
+			what = fmt.Sprintf("no answer for %v (outage budget %v)", time.Since(q.outageSince).Round(time.Millisecond), budget)
+		}
+		return false, 0, q.m.S.unavailable(what, q.lastErr)
+	}
+	return ok, ttl, err
 }
 
 // pause sleeps d, at most until the wait's deadline; false when ctx ended
@@ -346,7 +412,7 @@ func (q *acquisition) attempt() (bool, int64, error) {
 			ahead wire.Ahead
 		}
 		var r okAhead
-		r, ttl, err = call2(q.ctx, m.S.how(q.ctx), q.closing, func(ctx context.Context) (okAhead, int64, error) {
+		r, ttl, err = call2(q.cctx, m.S.how(q.cctx), q.closing, func(ctx context.Context) (okAhead, int64, error) {
 			ok, ttl, ahead, err := at.TryAhead(ctx, args)
 			return okAhead{ok, ahead}, ttl, err
 		})
@@ -355,7 +421,7 @@ func (q *acquisition) attempt() (bool, int64, error) {
 			q.pos.have, q.pos.ahead, q.pos.at = true, r.ahead, sent
 		}
 	} else {
-		ok, ttl, err = call2(q.ctx, m.S.how(q.ctx), q.closing, func(ctx context.Context) (bool, int64, error) {
+		ok, ttl, err = call2(q.cctx, m.S.how(q.cctx), q.closing, func(ctx context.Context) (bool, int64, error) {
 			return m.E.Try(ctx, args, q.o.Queue)
 		})
 	}
@@ -417,7 +483,7 @@ func (q *acquisition) confirm() error {
 	if !m.S.ackCanWait() {
 		return nil
 	}
-	err := callErr(q.ctx, m.S.how(q.ctx), q.closing, func(ctx context.Context) error {
+	err := callErr(q.cctx, m.S.how(q.cctx), q.closing, func(ctx context.Context) error {
 		if hc, ok := m.E.(HeldChecker); ok {
 			sc, keys, args := hc.HeldScript(m.Owner)
 			return m.S.confirm(ctx, m.Keys.Name, heldCheck{sc, keys, args})
@@ -466,7 +532,7 @@ func (q *acquisition) lateReply(token int64, kept bool) (bool, int64, error) {
 	q.late++
 	if q.late == 1 {
 		sent := time.Now()
-		held, err := callC(q.ctx, m.S.how(q.ctx), q.closing, func(ctx context.Context) (bool, error) {
+		held, err := callC(q.cctx, m.S.how(q.cctx), q.closing, func(ctx context.Context) (bool, error) {
 			return m.S.reassert(ctx, m.WatchKind, m.Keys.Name, m.Owner, q.a.LeaseMs)
 		})
 		switch {
@@ -560,7 +626,13 @@ func (q *acquisition) giveUp(err error) (bool, error) {
 
 func (q *acquisition) leave(err error) (bool, error) {
 	m := q.m
-	m.cleanup(q.ctx, q.a, q.o.Queue, q.suspect, q.o.Slot)
+	until := q.end
+	if errors.Is(err, ErrUnavailable) {
+		// Redis did not answer within the call's bound: its give-back
+		// goes on in the background, the caller does not wait for it.
+		until = time.Now()
+	}
+	m.cleanup(q.ctx, q.a, q.o.Queue, q.suspect, q.o.Slot, until)
 	if err == nil || errors.Is(err, q.ctx.Err()) {
 		err = q.lastErr // a wait that ended during a Redis outage says so
 	}

@@ -19,6 +19,7 @@ type Config struct {
 	ShardedPubSub bool          // publish with SPUBLISH (Redis 7+ cluster)
 	ShardedSet    bool          // ShardedPubSub was chosen; else a ClusterClient decides at first use (Redisson's AUTO)
 	ReplicaAck    time.Duration // WAIT timeout after an acquisition (see replicas.go); default 1 s; negative turns it off
+	OutageBudget  time.Duration // how long a wait goes on while Redis does not answer; default max(2 head graces, lease); negative: until ctx ends
 
 	Observer Observer      // receives the locks' events (observe.go); nil: none, and no cost
 	LongWait time.Duration // report a wait lasting this long (LongWait event); 0: off
@@ -81,6 +82,13 @@ func (c *Config) fill() error {
 	def(&c.LatchTTL, 10*time.Second)
 	def(&c.CleanupTime, 2*time.Second)
 	def(&c.ReplicaAck, time.Second)
+	if c.OutageBudget == 0 {
+		// Two head graces: a fair head cut off from Redis for that long
+		// has lost its turn (its followers prune it); a lease: every hold
+		// kept by a watchdog that could not reach Redis for that long has
+		// ended. Waiting on keeps nothing a waiter could still count on.
+		c.OutageBudget = max(2*c.HeadGrace, c.Lease)
+	}
 	if c.RenewBatch == 0 {
 		c.RenewBatch = 100
 	}

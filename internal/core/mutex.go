@@ -228,7 +228,10 @@ func (m *Mutex) Bound(sent time.Time, leaseMs int64) { m.bound(sent, leaseMs) }
 // owner may be queued, it leaves the queue. What cannot be done now (Redis
 // unreachable) is retried in the background until it is done, or until the
 // waiter's slot has run out and it would be pruned anyway.
-func (m *Mutex) cleanup(ctx context.Context, a wire.Args, queued, suspect bool, slot time.Duration) {
+//
+// The caller waits for it at most CleanupTime, and not past until (a timed
+// call's bound; zero: none) by more than ctxEndSlack.
+func (m *Mutex) cleanup(ctx context.Context, a wire.Args, queued, suspect bool, slot time.Duration, until time.Time) {
 	if !queued && !suspect {
 		return
 	}
@@ -253,7 +256,11 @@ func (m *Mutex) cleanup(ctx context.Context, a wire.Args, queued, suspect bool, 
 	m.mu.Lock()
 	m.settling = append(m.settling, done)
 	m.mu.Unlock()
-	awaitCleanup(ctx, done, cfg.CleanupTime)
+	bound := cfg.CleanupTime
+	if !until.IsZero() {
+		bound = min(bound, max(time.Until(until), ctxEndSlack))
+	}
+	awaitCleanup(ctx, done, bound)
 }
 
 // awaitCleanup waits for a cleanup (done) at most bound, and not past ctx
@@ -354,7 +361,7 @@ const ctxEndSlack = 25 * time.Millisecond
 
 // undo gives back a hold the request a took (it holds the lock now, or may):
 // the request is voided and one hold released, bounded by CleanupTime.
-func (m *Mutex) undo(a wire.Args) { m.cleanup(nil, a, false, true, 0) }
+func (m *Mutex) undo(a wire.Args) { m.cleanup(nil, a, false, true, 0, time.Time{}) }
 
 func (m *Mutex) unlockArgs(leaseMs int64) wire.Args {
 	return wire.Args{

@@ -31,6 +31,7 @@ var (
 	ErrClosed       = errors.New("fairlock: client closed")
 	ErrInvalidName  = wire.ErrInvalidName
 	ErrInvalidValue = errors.New("fairlock: invalid argument")
+	ErrUnavailable  = errors.New("fairlock: Redis unavailable")
 )
 
 // Session is one client: create one per process and share it.
@@ -55,6 +56,12 @@ type Session struct {
 	enforcesDeadlines bool
 	// work runs the calls whose context can end (call.go).
 	work *workers
+	// attempt is the attempt timeout: how long one Redis call of a timed
+	// acquisition may last (the client's read or write timeout, the
+	// longer; go-redis's 3 s when unknown or none). See bound.go.
+	attempt time.Duration
+	// addr names the Redis the client talks to, for errors.
+	addr string
 
 	closeCtx context.Context // ended when Close starts: waits end
 	closeNow context.CancelCauseFunc
@@ -100,6 +107,7 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	}
 	s.resendAfter = resendAfter(rdb)
 	s.enforcesDeadlines = enforcesDeadlines(rdb)
+	s.attempt, s.addr = attemptTimeout(rdb), addrOf(rdb)
 	mode := pubsub.Sharded(cfg.ShardedPubSub, Slot)
 	if _, ok := rdb.(*redis.ClusterClient); ok && !cfg.ShardedSet {
 		mode = pubsub.AutoSharded(Slot)

@@ -28,11 +28,11 @@ var transientPrefixes = []string{"LOADING", "TRYAGAIN", "CLUSTERDOWN", "READONLY
 // transient reports an error after which the same Redis call may succeed
 // if sent again: a network failure (timeout, reset, refused or broken
 // connection, EOF, go-redis's pool timeout) or one of transientPrefixes.
-// Not transient: context errors (the caller's wait is over), a closed
-// go-redis client, script errors and wrong key types (no retry can help).
+// Not transient: context errors (the caller's wait is over), ErrUnavailable
+// (a call's bound ran out: bound.go), a closed go-redis client, script errors and wrong key types (no retry can help).
 func transient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, redis.ErrClosed) || errors.Is(err, ErrClosed) {
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, ErrClosed) || errors.Is(err, ErrUnavailable) {
 		return false
 	}
 	var re redis.Error
