@@ -76,33 +76,36 @@ func init() {
 	})
 }
 
-// Option configures a Client.
+// Option configures a Client. For every option that takes a duration or a
+// count, 0 keeps the default; a value the option does not define is
+// refused by NewClient with ErrInvalidValue.
 type Option func(*core.Config)
 
 // WithLease sets the watchdog lease (Redisson's lockWatchdogTimeout): the
 // lease of a lock taken without an explicit lease, renewed every lease/3
-// while the holder lives. Default 30 s; at least 3 ms.
+// while the holder lives. Default 30 s (0 keeps it); at least 3 ms.
 func WithLease(d time.Duration) Option { return func(c *core.Config) { c.Lease = d } }
 
 // WithWaitSlot sets the fair lock's default wait slot (Redisson's
 // fairLockWaitTimeout): how long a queued waiter may go without taking the
-// lock before it is treated as dead. Default 5 min.
+// lock before it is treated as dead. Default 5 min (0 keeps it); at least
+// 1 ms.
 func WithWaitSlot(d time.Duration) Option { return func(c *core.Config) { c.WaitSlot = d } }
 
 // WithHeadGrace sets how long the head of a fair queue has to take a lock
 // that became free (not in Redisson; see docs/design.md). A head that lets
 // its grace run out is woken and given a second one; one that lets both
 // run out is pruned as dead by its followers, so a Redis pause that eats a
-// grace costs a live head nothing. Default 5 s; a negative value turns it
-// off, which is Redisson's behaviour: a dead head then blocks the queue for
-// its whole slot.
+// grace costs a live head nothing. Default 5 s (0 keeps it); at least 1 ms;
+// a negative value turns it off, which is Redisson's behaviour: a dead head
+// then blocks the queue for its whole slot.
 func WithHeadGrace(d time.Duration) Option { return func(c *core.Config) { c.HeadGrace = d } }
 
 // WithLatchTTL sets how long the outcome of an unlock or an acquisition is
 // kept in Redis (a small key per call), so that a retried or late copy of
 // the call returns it instead of acting twice. A copy that reaches Redis
 // later than this after the first one (a network stall longer than the
-// latch) is not recognised. Default 10 s.
+// latch) is not recognised. Default 10 s (0 keeps it); at least 1 ms.
 func WithLatchTTL(d time.Duration) Option { return func(c *core.Config) { c.LatchTTL = d } }
 
 // WithCleanupTimeout bounds the work done after a caller's context has
@@ -111,10 +114,11 @@ func WithLatchTTL(d time.Duration) Option { return func(c *core.Config) { c.Latc
 // voiding a request whose outcome is unknown) goes on in the background,
 // where what cannot be done now (Redis unreachable) is retried, and a wait
 // that ran out waits for it at most this bound. It also bounds the
-// releases Close makes. Default 2 s.
+// releases Close makes. Default 2 s (0 keeps it).
 func WithCleanupTimeout(d time.Duration) Option { return func(c *core.Config) { c.CleanupTime = d } }
 
-// WithRenewBatch sets how many locks one renewal call covers. Default 100.
+// WithRenewBatch sets how many locks one renewal call covers. Default 100
+// (0 keeps it).
 func WithRenewBatch(n int) Option { return func(c *core.Config) { c.RenewBatch = n } }
 
 // WithShardedPubSub makes the scripts publish with SPUBLISH and waiters
@@ -133,8 +137,8 @@ func WithShardedPubSub(on bool) Option {
 // (INFO replication, re-read every 5 s); when none acknowledges, the
 // acquisition is undone and the call fails with ErrNoReplicaAck. This makes
 // a failover right after an acquisition far less likely to lose the lock,
-// not impossible (see docs/design.md). Default 1 s; a negative value turns
-// it off.
+// not impossible (see docs/design.md). Default 1 s (0 keeps it); a
+// negative value turns it off.
 func WithReplicaAck(timeout time.Duration) Option {
 	return func(c *core.Config) { c.ReplicaAck = timeout }
 }
@@ -171,6 +175,11 @@ func NewClient(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidValue, i)
 		}
 		o(&cfg)
+	}
+	// the grace is counted in whole milliseconds: a positive one under
+	// 1 ms would be 0, which no option defines
+	if cfg.HeadGrace > 0 && cfg.HeadGrace < time.Millisecond {
+		return nil, fmt.Errorf("%w: head grace %v (need at least 1ms, or a negative value to turn it off)", ErrInvalidValue, cfg.HeadGrace)
 	}
 	s, err := core.NewSession(rdb, cfg)
 	if err != nil {

@@ -105,8 +105,10 @@ func (h *Handle) Lock(ctx context.Context) error {
 }
 
 // LockWithLease is Lock with an explicit lease: the lock frees itself after
-// lease unless unlocked first, and no watchdog renews it. A lease under
-// 10 ms is refused (ErrInvalidValue): no reply could come back within it. A
+// lease unless unlocked first, and no watchdog renews it. The lease is
+// required: 0 or a negative lease is refused (ErrInvalidValue; Lock is the
+// call whose lock the watchdog keeps), and so is a lease under 10 ms: no
+// reply could come back within it. A
 // re-entry of a hold the watchdog keeps sets the watchdog lease instead
 // (the watchdog keeps the hold until its last Unlock anyway). A re-entry of
 // an explicit-lease hold sets the new lease, longer or shorter, except on a
@@ -141,7 +143,9 @@ func (h *Handle) TryLock(ctx context.Context) (bool, error) {
 }
 
 // TryLockFor waits up to wait for the lock. A lease of 0 means the watchdog
-// keeps the lock; a positive lease frees it after that long. It reports
+// keeps the lock (TryLockFor has no lease-less twin, unlike Lock and
+// LockWithLease); a positive lease, at least 10 ms, frees it after that
+// long; a negative wait or lease is refused (ErrInvalidValue). It reports
 // false with a nil error when the wait ran out. A fair lock queues for up
 // to wait, using wait as the wait slot (as Redisson's tryLock(wait, lease));
 // a wait of 0 uses the default slot and makes one queued attempt; when the

@@ -143,7 +143,7 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOptions) (bool, error) {
 	if slot == 0 {
 		slot = m.m.Slot
 	}
-	return m.m.Acquire(ctx, core.AcquireOpts{Lease: o.Lease, Wait: o.Wait, Slot: slot, Queue: true, Position: o.Position})
+	return m.m.Acquire(ctx, core.AcquireOpts{Lease: o.Lease, Wait: o.Wait, Slot: slot, Queue: true, Position: corePosition(o.Position)})
 }
 
 // engine is either fair engine: the same script bodies and wrappers, over

@@ -4,7 +4,7 @@
 //
 // Every test starts its own redis-server (or a Redis Cluster, or a primary
 // with a replica and Sentinels) on loopback and puts each fairlock.Client
-// behind its own TCP proxies (internal/faultproxy, an embedded Toxiproxy),
+// behind its own TCP proxies (internal/faultproxy, in the test process),
 // so a fault hits one client at a time. The faults: latency, stalls longer
 // than go-redis's read timeout, connection resets, a clock skewed with
 // SetClockSkew, a client dying (its network cut for ever, its handles

@@ -1,10 +1,10 @@
 module github.com/fairlock-go/fairlock/otelobserve
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/fairlock-go/fairlock v0.0.0
+	github.com/fairlock-go/fairlock v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -24,5 +24,3 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
-
-replace github.com/fairlock-go/fairlock => ../

@@ -241,12 +241,20 @@ func TestTracerSpans(t *testing.T) {
 	}
 	for i, w := range wants {
 		s := got[i]
+		// an acquisition's outcome is lock.acquired, a release's
+		// lock.released; neither carries the other's
+		outcome := "lock.acquired"
+		if w.name == "fairlock.release" {
+			outcome = "lock.released"
+		}
 		acq := false
 		name := ""
 		for _, kv := range s.Attributes {
 			switch kv.Key {
-			case "lock.acquired":
+			case attribute.Key(outcome):
 				acq = kv.Value.AsBool()
+			case "lock.acquired", "lock.released":
+				t.Errorf("span %d (%s) carries %s", i, s.Name, kv.Key)
 			case "lock.name":
 				name = kv.Value.AsString()
 			}

@@ -14,10 +14,11 @@ import (
 // "fairlock.acquire" around each acquisition and "fairlock.release" around
 // each release, child of the span in the caller's ctx, with the attributes
 // lock.kind, lock.name and lock.owner (span attributes make no time
-// series, so the name needs no mapping here) and lock.acquired (for a
-// release: whether it succeeded). A call's error is recorded on its span
-// and sets its status to Error; an acquisition that ran out of wait is not
-// an error (lock.acquired=false).
+// series, so the name needs no mapping here), and the outcome:
+// lock.acquired on an acquisition's span (whether it got the lock),
+// lock.released on a release's (whether it succeeded). A call's error is
+// recorded on its span and sets its status to Error; an acquisition that
+// ran out of wait is not an error (lock.acquired=false).
 type Tracer struct {
 	t trace.Tracer
 }
@@ -34,8 +35,12 @@ func (t *Tracer) Start(ctx context.Context, s fairlock.Span) (context.Context, f
 		attribute.String("lock.name", s.Name),
 		attribute.String("lock.owner", s.Owner),
 	))
+	outcome := attribute.Key("lock.acquired")
+	if s.Op == "release" {
+		outcome = "lock.released"
+	}
 	return ctx, func(ok bool, err error) {
-		span.SetAttributes(attribute.Bool("lock.acquired", ok))
+		span.SetAttributes(outcome.Bool(ok))
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())

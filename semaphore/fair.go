@@ -190,7 +190,7 @@ func (f *Fair) acquire(ctx context.Context, n int, wait, lease time.Duration, po
 	if err != nil {
 		return nil, err
 	}
-	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token, Position: position})
+	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token, Position: corePosition(position)})
 	if err != nil || !ok {
 		return nil, err
 	}

@@ -84,12 +84,31 @@ func markErr(err error, own []errMarker) error {
 	for _, ms := range [2][]errMarker{own, latchMarkers} {
 		for _, m := range ms {
 			if strings.Contains(msg, m.marker) {
-				return errors.Join(m.err, err)
+				return &markedErr{mark: m.err, reply: err}
 			}
 		}
 	}
 	return err
 }
+
+// markedErr is a script's error reply recognised as one of our errors: it
+// matches both (errors.Is, errors.As) and reads as one sentence, the
+// reply's own text when it already says what the mark says (the scripts
+// reply with the mark's text, details added), the mark's followed by the
+// reply's otherwise.
+type markedErr struct {
+	mark, reply error
+}
+
+func (e *markedErr) Error() string {
+	r := strings.TrimPrefix(e.reply.Error(), "ERR ")
+	if strings.Contains(r, e.mark.Error()) {
+		return r
+	}
+	return e.mark.Error() + ": " + r
+}
+
+func (e *markedErr) Unwrap() []error { return []error{e.mark, e.reply} }
 
 // UnlockResult is the outcome of an unlock script.
 type UnlockResult int

@@ -58,7 +58,7 @@ const (
 
 // ErrInvalidName reports a lock name that cannot be used: empty, or with
 // braces that do not form one Redis hash tag.
-var ErrInvalidName = errors.New("invalid lock name")
+var ErrInvalidName = errors.New("fairlock: invalid lock name")
 
 // ValidateName checks that name can name a lock. A name may carry its own
 // hash tag ("{order}:seat"); then every key of the lock reuses that tag, as in
