@@ -38,6 +38,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/internal/positionhook"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -143,7 +144,7 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOptions) (bool, error) {
 	if slot == 0 {
 		slot = m.m.Slot
 	}
-	return m.m.Acquire(ctx, core.AcquireOpts{Lease: o.Lease, Wait: o.Wait, Slot: slot, Queue: true, Position: corePosition(o.Position)})
+	return m.m.Acquire(ctx, core.AcquireOpts{Lease: o.Lease, Wait: o.Wait, Slot: slot, Queue: true, Position: positionhook.ToCore(o.Position)})
 }
 
 // engine is either fair engine: the same script bodies and wrappers, over

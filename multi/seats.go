@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/internal/positionhook"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -273,7 +274,7 @@ func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration, position
 	if err != nil {
 		return nil, err
 	}
-	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token, Position: position})
+	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token, Position: positionhook.ToCore(position)})
 	if err != nil || !ok {
 		return nil, err
 	}

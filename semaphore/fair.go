@@ -9,6 +9,7 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
+	"github.com/fairlock-go/fairlock/internal/positionhook"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -190,7 +191,7 @@ func (f *Fair) acquire(ctx context.Context, n int, wait, lease time.Duration, po
 	if err != nil {
 		return nil, err
 	}
-	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token, Position: corePosition(position)})
+	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token, Position: positionhook.ToCore(position)})
 	if err != nil || !ok {
 		return nil, err
 	}
