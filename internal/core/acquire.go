@@ -632,13 +632,16 @@ func (q *acquisition) leave(err error) (bool, error) {
 		// goes on in the background, the caller does not wait for it.
 		until = time.Now()
 	}
+	// What ended the wait is what it was when the wait ended, read before
+	// the give-back: a give-back that cannot reach Redis may run on until
+	// the ctx ends, and a wait Close ended still returns ErrClosed.
+	userErr, closed := q.ctx.Err(), m.S.Closed()
 	m.cleanup(q.ctx, q.a, q.o.Queue, q.suspect, q.o.Slot, until)
-	if err == nil || errors.Is(err, q.ctx.Err()) {
+	if err == nil || (userErr != nil && errors.Is(err, userErr)) {
 		err = q.lastErr // a wait that ended during a Redis outage says so
 	}
-	userErr := q.ctx.Err()
 	switch {
-	case errors.Is(err, ErrClosed) || (userErr == nil && m.S.Closed()):
+	case errors.Is(err, ErrClosed) || (userErr == nil && closed):
 		return false, ErrClosed
 	case userErr != nil && err != nil:
 		return false, fmt.Errorf("%w: %w", canceled(userErr), err)
