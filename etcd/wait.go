@@ -1,0 +1,270 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fairlock-go/fairlock"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// waiter is one acquisition's way through the queue.
+type waiter struct {
+	m        *Mutex
+	ctx      context.Context
+	o        AcquireOptions
+	key      string
+	sess     *session
+	deadline time.Time // zero: no bound but ctx
+
+	reported bool
+}
+
+// stopErr is the error of an acquisition whose ctx ended or whose client
+// closed; nil otherwise.
+func (w *waiter) stopErr() error {
+	select {
+	case <-w.m.c.closed:
+		return errClosed
+	default:
+	}
+	if w.ctx.Err() != nil {
+		return canceled(w.ctx)
+	}
+	return nil
+}
+
+// expired reports whether the wait bound has passed.
+func (w *waiter) expired() bool { return !w.deadline.IsZero() && !time.Now().Before(w.deadline) }
+
+// retry sleeps before another attempt after err. It returns the error to
+// give up with, or nil to try again.
+func (w *waiter) retry(err error) error {
+	if e := w.stopErr(); e != nil {
+		return e
+	}
+	if w.sess.ended() {
+		return w.lostErr()
+	}
+	if w.expired() || w.o.Wait == 0 {
+		return err
+	}
+	d := 100 * time.Millisecond
+	if !w.deadline.IsZero() {
+		d = min(d, time.Until(w.deadline))
+	}
+	t := time.NewTimer(max(d, time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.ctx.Done():
+	case <-w.m.c.closed:
+	case <-w.sess.done:
+	}
+	if e := w.stopErr(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// errLeaseGone is run's error when etcd refused to attach the key to the
+// session's lease (it expired or was revoked before the client noticed):
+// nothing was written, so the acquisition may start again on a new lease.
+var errLeaseGone = errors.New("etcd: the lease is gone")
+
+func (w *waiter) leaseGone() error {
+	w.sess.end(fmt.Errorf("%w: etcd: lease %x expired or was revoked", fairlock.ErrLost, int64(w.sess.id)))
+	return errLeaseGone
+}
+
+func (w *waiter) lostErr() error {
+	if r := w.sess.reason(); r != nil {
+		return fmt.Errorf("etcd: %q: the waiter's lease ended while it waited: %w", w.m.name, r)
+	}
+	return fmt.Errorf("%w: etcd: %q: the waiter's key was deleted while it waited (its lease expired or was revoked)", fairlock.ErrLost, w.m.name)
+}
+
+// run takes the lock or gives up. It returns the key's create revision
+// (0 when unknown) and the revision of the read that granted the hold.
+// ok false with a nil error: the wait ran out (or TryLock found the lock
+// taken).
+func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
+	m, cli := w.m, w.m.c.cli
+	lease := clientv3.WithLease(w.sess.id)
+	if w.o.Wait == 0 {
+		// TryLock: take it only if the queue is empty (every key in the
+		// prefix has create revision 0, i.e. there is none).
+		for {
+			resp, err := cli.Txn(w.ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(m.dir), "=", 0).WithPrefix()).
+				Then(clientv3.OpPut(w.key, m.owner, lease)).Commit()
+			if err == nil {
+				if !resp.Succeeded {
+					return false, 0, 0, nil
+				}
+				return true, resp.Header.Revision, resp.Header.Revision, nil
+			}
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return false, 0, 0, w.leaseGone()
+			}
+			if e := w.stopErr(); e != nil {
+				return false, 0, 0, e
+			}
+			return false, 0, 0, err
+		}
+	}
+
+	// Join the queue: create the key unless a lost reply already did (then
+	// its create revision is our place), and read the head in the same Txn.
+	for {
+		resp, err := cli.Txn(w.ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
+			Then(clientv3.OpPut(w.key, m.owner, lease), clientv3.OpGet(m.dir, clientv3.WithFirstCreate()...)).
+			Else(clientv3.OpGet(w.key), clientv3.OpGet(m.dir, clientv3.WithFirstCreate()...)).Commit()
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return false, 0, 0, w.leaseGone()
+			}
+			if e := w.retry(err); e != nil {
+				return false, 0, 0, e
+			}
+			if w.expired() {
+				return false, 0, 0, nil
+			}
+			continue
+		}
+		if resp.Succeeded {
+			rev = resp.Header.Revision
+		} else if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			rev = kvs[0].CreateRevision
+		} else {
+			return false, 0, 0, w.lostErr()
+		}
+		if head := resp.Responses[1].GetResponseRange().Kvs; len(head) == 1 && head[0].CreateRevision == rev {
+			return true, rev, resp.Header.Revision, nil
+		}
+		break
+	}
+
+	// Wait: read our key and our predecessor (the newest key older than
+	// ours) in one read-only Txn at one revision R; watch the predecessor
+	// for its deletion from R+1, so no event between the read and the
+	// watch is lost. The watch starts at a revision the server has not
+	// reached yet when nothing was written since the read, so it is
+	// served at once (a watch from an already-current revision is not:
+	// etcd syncs such watchers every 100 ms, which is concurrency.Mutex's
+	// 98 ms hand-off).
+	var ownW clientv3.WatchChan
+	var ownCancel context.CancelFunc = func() {}
+	defer func() { ownCancel() }()
+	pred := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
+	var timer <-chan time.Time
+	if !w.deadline.IsZero() {
+		t := time.NewTimer(time.Until(w.deadline))
+		defer t.Stop()
+		timer = t.C
+	}
+	for {
+		ops := []clientv3.Op{clientv3.OpGet(w.key), clientv3.OpGet(m.dir, pred...)}
+		if w.o.Position != nil {
+			// The keys ahead, keys only. (Not WithCountOnly: etcd applies
+			// the create-revision bounds after counting, so a count-only
+			// read counts the whole queue.)
+			ops = append(ops, clientv3.OpGet(m.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1)))
+		}
+		resp, err := cli.Txn(w.ctx).Then(ops...).Commit()
+		if err != nil {
+			if e := w.retry(err); e != nil {
+				return false, rev, 0, e
+			}
+			if w.expired() {
+				return false, rev, 0, nil
+			}
+			continue
+		}
+		R := resp.Header.Revision
+		if own := resp.Responses[0].GetResponseRange().Kvs; len(own) != 1 || own[0].CreateRevision != rev {
+			return false, 0, 0, w.lostErr()
+		}
+		p := resp.Responses[1].GetResponseRange().Kvs
+		if len(p) == 0 {
+			return true, rev, R, nil
+		}
+		if w.o.Position != nil {
+			n := len(resp.Responses[2].GetResponseRange().Kvs)
+			w.o.Position(fairlock.Position{Ahead: int(n), Joined: !w.reported, At: time.Now()})
+			w.reported = true
+		}
+		if w.expired() {
+			return false, rev, 0, nil
+		}
+		if ownW == nil {
+			var octx context.Context
+			octx, ownCancel = context.WithCancel(clientv3.WithRequireLeader(w.ctx))
+			ownW = cli.Watch(octx, w.key, clientv3.WithRev(R+1), clientv3.WithFilterPut())
+		}
+		pctx, pcancel := context.WithCancel(clientv3.WithRequireLeader(w.ctx))
+		pw := cli.Watch(pctx, string(p[0].Key), clientv3.WithRev(R+1), clientv3.WithFilterPut())
+		res := w.waitEvent(pw, &ownW, &ownCancel, timer)
+		pcancel()
+		switch res {
+		case evMoved:
+			continue
+		case evTimeout:
+			return false, rev, 0, nil
+		case evLost:
+			return false, 0, 0, w.lostErr()
+		default:
+			return false, rev, 0, w.stopErr()
+		}
+	}
+}
+
+type event int
+
+const (
+	evMoved   event = iota // the predecessor is gone, or the watch broke: read again
+	evTimeout              // the wait bound passed
+	evLost                 // our key or lease is gone
+	evStop                 // ctx ended or the client closed
+)
+
+func (w *waiter) waitEvent(pw clientv3.WatchChan, ownW *clientv3.WatchChan, ownCancel *context.CancelFunc, timer <-chan time.Time) event {
+	for {
+		select {
+		case <-w.ctx.Done():
+			return evStop
+		case <-w.m.c.closed:
+			return evStop
+		case <-w.sess.done:
+			return evLost
+		case <-timer:
+			return evTimeout
+		case wr, ok := <-pw:
+			if !ok || wr.Err() != nil {
+				return evMoved
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return evMoved
+				}
+			}
+		case wr, ok := <-*ownW:
+			if !ok || wr.Err() != nil {
+				// Watch again after the next read.
+				(*ownCancel)()
+				*ownW, *ownCancel = nil, func() {}
+				return evMoved
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return evLost
+				}
+			}
+		}
+	}
+}
