@@ -169,7 +169,7 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 		timer = t.C
 	}
 	for {
-		ops := []clientv3.Op{clientv3.OpGet(w.key), clientv3.OpGet(m.dir, pred...)}
+		ops := []clientv3.Op{clientv3.OpGet(w.key), clientv3.OpGet(m.dir, pred...), clientv3.OpGet(m.dir, clientv3.WithFirstCreate()...)}
 		if w.o.Position != nil {
 			// The keys ahead, keys only. (Not WithCountOnly: etcd applies
 			// the create-revision bounds after counting, so a count-only
@@ -195,13 +195,18 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 			return true, rev, R, nil
 		}
 		if w.o.Position != nil {
-			n := len(resp.Responses[2].GetResponseRange().Kvs)
+			n := len(resp.Responses[3].GetResponseRange().Kvs)
 			w.o.Position(fairlock.Position{Ahead: int(n), Joined: !w.reported, At: time.Now()})
 			w.reported = true
 		}
 		if w.expired() {
 			return false, rev, 0, nil
 		}
+		// The predecessor is the head: once it is deleted nothing is ahead
+		// of us (keys created later have larger revisions), so its DELETE
+		// event is the grant, with no read after it.
+		head := resp.Responses[2].GetResponseRange().Kvs
+		predIsHead := len(head) == 1 && string(head[0].Key) == string(p[0].Key)
 		if ownW == nil {
 			var octx context.Context
 			octx, ownCancel = context.WithCancel(clientv3.WithRequireLeader(w.ctx))
@@ -212,6 +217,26 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 		res := w.waitEvent(pw, &ownW, &ownCancel, timer)
 		pcancel()
 		switch res {
+		case evPredGone:
+			if predIsHead {
+				// Unless our own key's deletion is already here, the lock
+				// is ours. The hold's monitor watches our key from R+1, so
+				// a deletion after R that this check did not see ends the
+				// hold at once.
+				select {
+				case wr, ok := <-ownW:
+					if ok && wr.Err() == nil {
+						for _, ev := range wr.Events {
+							if ev.Type == mvccpb.DELETE {
+								return false, 0, 0, w.lostErr()
+							}
+						}
+					}
+				default:
+				}
+				return true, rev, R, nil
+			}
+			continue
 		case evMoved:
 			continue
 		case evTimeout:
@@ -227,10 +252,11 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 type event int
 
 const (
-	evMoved   event = iota // the predecessor is gone, or the watch broke: read again
-	evTimeout              // the wait bound passed
-	evLost                 // our key or lease is gone
-	evStop                 // ctx ended or the client closed
+	evMoved    event = iota // a watch broke: read again
+	evPredGone              // the predecessor was deleted
+	evTimeout               // the wait bound passed
+	evLost                  // our key or lease is gone
+	evStop                  // ctx ended or the client closed
 )
 
 func (w *waiter) waitEvent(pw clientv3.WatchChan, ownW *clientv3.WatchChan, ownCancel *context.CancelFunc, timer <-chan time.Time) event {
@@ -250,7 +276,7 @@ func (w *waiter) waitEvent(pw clientv3.WatchChan, ownW *clientv3.WatchChan, ownC
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
-					return evMoved
+					return evPredGone
 				}
 			}
 		case wr, ok := <-*ownW:
