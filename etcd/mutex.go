@@ -33,7 +33,9 @@ const minLease = 10 * time.Millisecond
 type Mutex struct {
 	c     *Client
 	name  string
-	dir   string // <prefix>/<escaped name>/: the queue
+	dir   string // <prefix>/m/<escaped name>/: the queue
+	kdir  string // where this handle's keys go (dir, or a read-write lock's r/ or w/)
+	block string // the range this handle waits for (dir; a read waits for w/ only)
 	id    int64
 	owner string
 
@@ -69,9 +71,14 @@ func (c *Client) NewMutex(name string) (*Mutex, error) {
 	if name == "" {
 		return nil, fmt.Errorf("%w: etcd: empty lock name", fairlock.ErrInvalidName)
 	}
+	dir := c.cfg.prefix + "/m/" + url.PathEscape(name) + "/"
+	return c.newHandle(name, dir, dir, dir), nil
+}
+
+func (c *Client) newHandle(name, dir, kdir, block string) *Mutex {
 	id := c.handles.Add(1)
-	return &Mutex{c: c, name: name, dir: c.cfg.prefix + "/" + url.PathEscape(name) + "/",
-		id: id, owner: fmt.Sprintf("%s:%d", c.id, id), acq: make(chan struct{}, 1)}, nil
+	return &Mutex{c: c, name: name, dir: dir, kdir: kdir, block: block,
+		id: id, owner: fmt.Sprintf("%s:%d", c.id, id), acq: make(chan struct{}, 1)}
 }
 
 var errZero = fmt.Errorf("%w: etcd: a zero lock handle (make one with Client.NewMutex)", fairlock.ErrInvalidValue)
@@ -205,7 +212,8 @@ func (m *Mutex) TryLockAndGetToken(ctx context.Context, wait, lease time.Duratio
 
 // Token is the current holder's token (the smallest create revision in the
 // queue, by any owner), read linearizably; 0 when nobody holds the lock. It
-// is this handle's token while this handle holds the lock.
+// is this handle's token while this handle holds the lock. (On a half of an
+// RWMutex: the oldest key of either kind, a holder's.)
 func (m *Mutex) Token(ctx context.Context) (int64, error) {
 	if m.zero() {
 		return 0, errZero
@@ -565,7 +573,7 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 		m.c.mu.Lock()
 		m.c.hold[m] = struct{}{}
 		m.c.mu.Unlock()
-		key = fmt.Sprintf("%s%016x/%d", m.dir, int64(sess.id), m.id)
+		key = fmt.Sprintf("%s%016x/%d", m.kdir, int64(sess.id), m.id)
 		start = time.Now()
 		w := &waiter{m: m, ctx: ctx, o: o, key: key, sess: sess, deadline: deadline}
 		ok, rev, hdr, err = w.run()

@@ -100,7 +100,7 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 		// prefix has create revision 0, i.e. there is none).
 		for {
 			resp, err := cli.Txn(w.ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(m.dir), "=", 0).WithPrefix()).
+				If(clientv3.Compare(clientv3.CreateRevision(m.block), "=", 0).WithPrefix()).
 				Then(clientv3.OpPut(w.key, m.owner, lease)).Commit()
 			if err == nil {
 				if !resp.Succeeded {
@@ -123,8 +123,8 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 	for {
 		resp, err := cli.Txn(w.ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
-			Then(clientv3.OpPut(w.key, m.owner, lease), clientv3.OpGet(m.dir, clientv3.WithFirstCreate()...)).
-			Else(clientv3.OpGet(w.key), clientv3.OpGet(m.dir, clientv3.WithFirstCreate()...)).Commit()
+			Then(clientv3.OpPut(w.key, m.owner, lease), clientv3.OpGet(m.block, clientv3.WithFirstCreate()...)).
+			Else(clientv3.OpGet(w.key), clientv3.OpGet(m.block, clientv3.WithFirstCreate()...)).Commit()
 		if err != nil {
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				return false, 0, 0, w.leaseGone()
@@ -144,7 +144,9 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 		} else {
 			return false, 0, 0, w.lostErr()
 		}
-		if head := resp.Responses[1].GetResponseRange().Kvs; len(head) == 1 && head[0].CreateRevision == rev {
+		// Held when nothing that blocks us is older: for a lock or a write
+		// the head is our own key; for a read no write is older.
+		if head := resp.Responses[1].GetResponseRange().Kvs; len(head) == 0 || head[0].CreateRevision >= rev {
 			return true, rev, resp.Header.Revision, nil
 		}
 		break
@@ -169,12 +171,12 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 		timer = t.C
 	}
 	for {
-		ops := []clientv3.Op{clientv3.OpGet(w.key), clientv3.OpGet(m.dir, pred...), clientv3.OpGet(m.dir, clientv3.WithFirstCreate()...)}
+		ops := []clientv3.Op{clientv3.OpGet(w.key), clientv3.OpGet(m.block, pred...), clientv3.OpGet(m.block, clientv3.WithFirstCreate()...)}
 		if w.o.Position != nil {
 			// The keys ahead, keys only. (Not WithCountOnly: etcd applies
 			// the create-revision bounds after counting, so a count-only
 			// read counts the whole queue.)
-			ops = append(ops, clientv3.OpGet(m.dir, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1)))
+			ops = append(ops, clientv3.OpGet(m.block, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(rev-1)))
 		}
 		resp, err := cli.Txn(w.ctx).Then(ops...).Commit()
 		if err != nil {
