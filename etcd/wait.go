@@ -161,8 +161,8 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 	// etcd syncs such watchers every 100 ms, which is concurrency.Mutex's
 	// 98 ms hand-off).
 	var ownW clientv3.WatchChan
-	var ownCancel context.CancelFunc = func() {}
-	defer func() { ownCancel() }()
+	octx, ownCancel := context.WithCancel(clientv3.WithRequireLeader(w.ctx))
+	defer ownCancel()
 	pred := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(rev-1))
 	var timer <-chan time.Time
 	if !w.deadline.IsZero() {
@@ -210,13 +210,13 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 		head := resp.Responses[2].GetResponseRange().Kvs
 		predIsHead := len(head) == 1 && string(head[0].Key) == string(p[0].Key)
 		if ownW == nil {
-			var octx context.Context
-			octx, ownCancel = context.WithCancel(clientv3.WithRequireLeader(w.ctx))
 			ownW = cli.Watch(octx, w.key, clientv3.WithRev(R+1), clientv3.WithFilterPut())
 		}
 		pctx, pcancel := context.WithCancel(clientv3.WithRequireLeader(w.ctx))
-		pw := cli.Watch(pctx, string(p[0].Key), clientv3.WithRev(R+1), clientv3.WithFilterPut())
-		res := w.waitEvent(pw, &ownW, &ownCancel, timer)
+		pw, res := w.watchPred(pctx, p[0], R)
+		if res == evWatching {
+			res = w.waitEvent(pw, &ownW, timer)
+		}
 		pcancel()
 		switch res {
 		case evPredGone:
@@ -259,9 +259,60 @@ const (
 	evTimeout               // the wait bound passed
 	evLost                  // our key or lease is gone
 	evStop                  // ctx ended or the client closed
+	evWatching              // watchPred: the watch is set
 )
 
-func (w *waiter) waitEvent(pw clientv3.WatchChan, ownW *clientv3.WatchChan, ownCancel *context.CancelFunc, timer <-chan time.Time) event {
+// watchPred watches the predecessor p (read at revision R) for its
+// deletion, so that the watch is among etcd's synced watchers and its
+// event comes at once. A watch from R+1 would miss nothing, but if anything
+// was written after R it starts at a revision etcd has passed, and such a
+// watcher is served by etcd's unsynced-watcher loop, every 100 ms
+// (concurrency.Mutex always watches that way: its 98 ms hand-off). So watch
+// from the current revision and wait for etcd's confirmation, whose
+// revision X says where the watch starts; if X > R, p could have gone in
+// between: read p again (at a revision >= X) before waiting.
+func (w *waiter) watchPred(ctx context.Context, p *mvccpb.KeyValue, R int64) (clientv3.WatchChan, event) {
+	cli := w.m.c.cli
+	pw := cli.Watch(ctx, string(p.Key), clientv3.WithFilterPut(), clientv3.WithCreatedNotify())
+	var X int64
+	select {
+	case wr, ok := <-pw:
+		if !ok || wr.Err() != nil {
+			return nil, w.stopOr(evMoved)
+		}
+		if !wr.Created {
+			return pw, evPredGone // an event before the confirmation: a DELETE
+		}
+		X = wr.Header.Revision
+	case <-w.ctx.Done():
+		return nil, evStop
+	case <-w.m.c.closed:
+		return nil, evStop
+	case <-w.sess.done:
+		return nil, evLost
+	}
+	if X <= R {
+		return pw, evWatching
+	}
+	g, err := cli.Get(w.ctx, string(p.Key))
+	if err != nil {
+		return nil, w.stopOr(evMoved)
+	}
+	if len(g.Kvs) == 0 || g.Kvs[0].CreateRevision != p.CreateRevision {
+		return nil, evPredGone
+	}
+	return pw, evWatching
+}
+
+// stopOr is evStop when the acquisition must stop, else ev.
+func (w *waiter) stopOr(ev event) event {
+	if w.stopErr() != nil {
+		return evStop
+	}
+	return ev
+}
+
+func (w *waiter) waitEvent(pw clientv3.WatchChan, ownW *clientv3.WatchChan, timer <-chan time.Time) event {
 	for {
 		select {
 		case <-w.ctx.Done():
@@ -284,8 +335,7 @@ func (w *waiter) waitEvent(pw clientv3.WatchChan, ownW *clientv3.WatchChan, ownC
 		case wr, ok := <-*ownW:
 			if !ok || wr.Err() != nil {
 				// Watch again after the next read.
-				(*ownCancel)()
-				*ownW, *ownCancel = nil, func() {}
+				*ownW = nil
 				return evMoved
 			}
 			for _, ev := range wr.Events {
