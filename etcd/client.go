@@ -362,6 +362,11 @@ func (s *session) keepAlive() {
 		if left <= 0 {
 			s.end(fmt.Errorf("%w: etcd: lease %x not confirmed within its TTL (validity passed at %s)",
 				fairlock.ErrLost, int64(s.id), valid.Format(time.RFC3339Nano)))
+			// The holds on it have ended: if etcd can be reached, give the
+			// lease back now rather than at its expiry.
+			ctx, cancel := s.c.cleanupCtx(nil)
+			_, _ = s.c.cli.Revoke(ctx, s.id)
+			cancel()
 			return
 		}
 		wait := min(next, left)
