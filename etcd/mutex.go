@@ -41,6 +41,8 @@ type Mutex struct {
 
 	acq chan struct{} // one acquisition at a time
 
+	weight, capacity int64 // a semaphore request (capacity 0: a lock)
+
 	mu      sync.Mutex
 	last    *hold         // the latest hold (nil: never held)
 	pending chan struct{} // a cleanup in the background; closed when done

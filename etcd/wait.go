@@ -71,6 +71,8 @@ func (w *waiter) retry(err error) error {
 	return nil
 }
 
+func isLeaseGone(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
+
 // errLeaseGone is run's error when etcd refused to attach the key to the
 // session's lease (it expired or was revoked before the client noticed):
 // nothing was written, so the acquisition may start again on a new lease.
@@ -94,6 +96,9 @@ func (w *waiter) lostErr() error {
 // taken).
 func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 	m, cli := w.m, w.m.c.cli
+	if m.capacity > 0 {
+		return w.runSem()
+	}
 	lease := clientv3.WithLease(w.sess.id)
 	if w.o.Wait == 0 {
 		// TryLock: take it only if the queue is empty (every key in the
@@ -108,7 +113,7 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 				}
 				return true, resp.Header.Revision, resp.Header.Revision, nil
 			}
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			if isLeaseGone(err) {
 				return false, 0, 0, w.leaseGone()
 			}
 			if e := w.stopErr(); e != nil {
@@ -126,7 +131,7 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 			Then(clientv3.OpPut(w.key, m.owner, lease), clientv3.OpGet(m.block, clientv3.WithFirstCreate()...)).
 			Else(clientv3.OpGet(w.key), clientv3.OpGet(m.block, clientv3.WithFirstCreate()...)).Commit()
 		if err != nil {
-			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			if isLeaseGone(err) {
 				return false, 0, 0, w.leaseGone()
 			}
 			if e := w.retry(err); e != nil {
