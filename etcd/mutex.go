@@ -449,12 +449,12 @@ func (m *Mutex) endHold(h *hold, err error) {
 	}
 	h.ended, h.err = true, err
 	close(h.done)
-	stop := h.stop
+	stop, rel := h.stop, h.releasing
 	m.mu.Unlock()
 	if stop != nil {
 		stop()
 	}
-	if h.own && err != nil && !h.releasing {
+	if h.own && err != nil && !rel {
 		go h.sess.revoke() // a lost or closed explicit-lease hold: give the lease back
 	}
 	m.c.mu.Lock()
