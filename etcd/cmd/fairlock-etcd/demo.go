@@ -255,7 +255,9 @@ func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 				}
 				ct.lk = fairLocker{m}
 			case KindEtcdMutex:
-				s, err := concurrency.NewSession(cli, concurrency.WithContext(ctx))
+				// The session lives on the client's context: Close must be
+				// able to revoke its lease after Ctrl-C.
+				s, err := concurrency.NewSession(cli)
 				if err != nil {
 					return nil, err
 				}
@@ -291,9 +293,9 @@ func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 	}
 	r.result.Leftover = int(resp.Count)
 	closeAll()
-	if r.result.Leftover > 0 {
-		_, _ = observer.Delete(cctx, prefix+"/", clientv3.WithPrefix())
-	}
+	// Closing revoked the leases; an interrupted run may have left a
+	// lease-less key of its own run prefix, nobody else's.
+	_, _ = observer.Delete(cctx, prefix+"/", clientv3.WithPrefix())
 	slices.SortFunc(r.result.Bookings, func(a, b Booking) int { return a.Grant - b.Grant })
 	if err := ctx.Err(); err != nil {
 		return r.result, err

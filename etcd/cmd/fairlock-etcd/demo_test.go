@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -170,6 +171,59 @@ func TestCommand(t *testing.T) {
 		errb.Reset()
 		if st := run1(ctx, args, &out, &errb); st != 2 || errb.Len() == 0 || out.Len() != 0 {
 			t.Errorf("%q: status %d, stderr %q, stdout %q", args, st, errb.String(), out.String())
+		}
+	}
+}
+
+// TestInterruptedDemoLeavesNoKeys: a run whose ctx ends mid-sale (Ctrl-C)
+// returns the context's error and leaves no key and no lease of its run
+// behind, under either lock.
+func TestInterruptedDemoLeavesNoKeys(t *testing.T) {
+	e := embedded(t)
+	cli, err := newEtcdClient(e.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	for _, kind := range []string{KindFair, KindEtcdMutex} {
+		c := smallConfig(e.Endpoint, kind)
+		c.Seats, c.Hold = 100000, 5*time.Millisecond
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			// Cancel once the sale is under way: some key is there.
+			for {
+				resp, err := cli.Get(context.Background(), c.Prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+				if err == nil && resp.Count > 0 {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			time.Sleep(300 * time.Millisecond)
+			cancel()
+		}()
+		rs, err := Run(ctx, c, nil)
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("%s: err %v, want context.Canceled", kind, err)
+		}
+		if len(rs) != 1 || rs[0].Booked == 0 || rs[0].Booked >= c.Seats || rs[0].Overlaps != 0 {
+			t.Fatalf("%s: results %+v", kind, rs)
+		}
+		resp, err := cli.Get(context.Background(), c.Prefix+"/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range resp.Kvs {
+			t.Errorf("%s: key left behind: %s", kind, kv.Key)
+		}
+		// This server is the test's own: every lease the run granted
+		// must have been revoked (none left to expire by itself).
+		ls, err := cli.Leases(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ls.Leases) > 0 {
+			t.Errorf("%s: %d leases left behind", kind, len(ls.Leases))
 		}
 	}
 }
