@@ -155,6 +155,9 @@ func (l etcdLocker) lock(ctx context.Context) (int64, error) {
 func (l etcdLocker) unlock(ctx context.Context) error { return l.m.Unlock(ctx) }
 func (l etcdLocker) close()                           { _ = l.s.Close() }
 
+// ReachTimeout bounds the first request to etcd.
+const ReachTimeout = 5 * time.Second
+
 // testLocker, set by tests, makes the handles of kinds this file does not
 // know (broken locks the checks must catch).
 var testLocker func(kind string, cli *clientv3.Client, prefix string) locker
@@ -209,6 +212,13 @@ func runKind(ctx context.Context, c Config, kind string) (*Result, error) {
 		return nil, err
 	}
 	defer observer.Close()
+	// An endpoint where no etcd answers is told, not waited on forever.
+	sctx, scancel := context.WithTimeout(ctx, ReachTimeout)
+	_, err = observer.Status(sctx, c.Endpoint)
+	scancel()
+	if err != nil {
+		return nil, fmt.Errorf("etcd at %s: %w", c.Endpoint, err)
+	}
 
 	var clis []*clientv3.Client
 	var fls []*fairetcd.Client

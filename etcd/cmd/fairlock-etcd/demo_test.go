@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -225,5 +226,23 @@ func TestInterruptedDemoLeavesNoKeys(t *testing.T) {
 		if len(ls.Leases) > 0 {
 			t.Errorf("%s: %d leases left behind", kind, len(ls.Leases))
 		}
+	}
+}
+
+// TestUnreachableEtcd: an endpoint where nothing listens is an error within
+// the reach timeout (plus slack), not a hang.
+func TestUnreachableEtcd(t *testing.T) {
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	t0 := time.Now()
+	st := run1(context.Background(), []string{"demo", "--etcd", fmt.Sprintf("127.0.0.1:%d", port)}, &out, &errb)
+	if st != 1 || !strings.Contains(errb.String(), "etcd at 127.0.0.1") {
+		t.Errorf("status %d, stderr %q", st, errb.String())
+	}
+	if d := time.Since(t0); d > ReachTimeout+10*time.Second {
+		t.Errorf("took %v", d)
 	}
 }
