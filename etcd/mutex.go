@@ -1,0 +1,744 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/fairlock-go/fairlock"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Forever is the wait of an acquisition that waits until its ctx ends.
+const Forever time.Duration = -1
+
+// minLease is the shortest explicit lease accepted (as the Redis locks).
+const minLease = 10 * time.Millisecond
+
+// Mutex is a fair lock on etcd: waiters are granted the lock in the order
+// they joined its queue (etcd's create revision). It has the calls of the
+// Redis locks' handles (fairlock.Handle and fairlock.FencedHandle), so it is
+// a multi.Member and can replace a *fair.Mutex in code written against
+// those calls.
+//
+// Each handle is its own owner: locking again through the same handle
+// re-enters (a count kept by the handle; the lock is free after as many
+// Unlocks). Concurrent acquisitions through one handle take turns. Give each
+// goroutine that must be excluded its own handle (NewMutex talks to nobody).
+type Mutex struct {
+	c     *Client
+	name  string
+	dir   string // <prefix>/m/<escaped name>/: the queue
+	kdir  string // where this handle's keys go (dir, or a read-write lock's r/ or w/)
+	block string // the range this handle waits for (dir; a read waits for w/ only)
+	id    int64
+	owner string
+
+	acq chan struct{} // one acquisition at a time
+
+	weight, capacity int64 // a semaphore request (capacity 0: a lock)
+
+	mu      sync.Mutex
+	last    *hold         // the latest hold (nil: never held)
+	pending chan struct{} // a cleanup in the background; closed when done
+}
+
+// hold is one acquisition that took the lock.
+type hold struct {
+	key   string
+	rev   int64 // create revision of key: the fencing token
+	sess  *session
+	own   bool      // sess is this hold's own (explicit lease)
+	end   time.Time // explicit lease: when the hold ends (zero: watchdog)
+	count int
+
+	releasing bool
+	ended     bool
+	err       error
+	done      chan struct{}
+	stop      context.CancelFunc // stops the monitor
+}
+
+// NewMutex returns a handle on the fair lock name. The name may be any
+// non-empty string (it is escaped in the key).
+func (c *Client) NewMutex(name string) (*Mutex, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: etcd: nil *Client", fairlock.ErrInvalidValue)
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%w: etcd: empty lock name", fairlock.ErrInvalidName)
+	}
+	dir := c.cfg.prefix + "/m/" + url.PathEscape(name) + "/"
+	return c.newHandle(name, dir, dir, dir), nil
+}
+
+func (c *Client) newHandle(name, dir, kdir, block string) *Mutex {
+	id := c.handles.Add(1)
+	return &Mutex{c: c, name: name, dir: dir, kdir: kdir, block: block,
+		id: id, owner: fmt.Sprintf("%s:%d", c.id, id), acq: make(chan struct{}, 1)}
+}
+
+var errZero = fmt.Errorf("%w: etcd: a zero lock handle (make one with Client.NewMutex)", fairlock.ErrInvalidValue)
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (m *Mutex) zero() bool { return m == nil || m.c == nil }
+
+// Name is the lock's name.
+func (m *Mutex) Name() string {
+	if m.zero() {
+		return ""
+	}
+	return m.name
+}
+
+// Owner is this handle's owner id, "<client id>:<handle id>".
+func (m *Mutex) Owner() string {
+	if m.zero() {
+		return ""
+	}
+	return m.owner
+}
+
+// Prefix is the key prefix of the lock's queue.
+func (m *Mutex) Prefix() string {
+	if m.zero() {
+		return ""
+	}
+	return m.dir
+}
+
+// AcquireOptions are the general form of an acquisition.
+type AcquireOptions struct {
+	// Lease is the explicit lease: the hold ends that long after it was
+	// granted (the lease is revoked then; etcd frees the lock by itself at
+	// most the lease rounded up to whole seconds, or etcd's minimum TTL,
+	// after the grant if this client is gone). 0: the Client's lease, kept
+	// alive until Unlock.
+	Lease time.Duration
+	// Wait bounds the wait; Forever waits until ctx ends; 0 makes one
+	// attempt that never queues (TryLock).
+	Wait time.Duration
+	// Position, when not nil, is called each time the waiter (re)reads the
+	// queue while it waits: Ahead is the number of keys with a smaller
+	// create revision (exact at that revision: a revision-ranged, keys-only
+	// read, O(number ahead)),
+	// Joined is set on the first report, ETA is 0 (not estimated), At is
+	// the local time of the read. Called on the waiting goroutine: it must
+	// return quickly.
+	Position func(fairlock.Position)
+}
+
+// Lock acquires the lock, waiting in arrival order until ctx ends. The
+// Client's lease keeps it until Unlock. If ctx ends first it returns an
+// error matching fairlock.ErrCanceled and ctx.Err(); its queue key is
+// deleted in the background before this handle acquires again. A waiter
+// whose lease is lost (expired, or revoked by an operator) stops waiting at
+// once with an error matching fairlock.ErrLost (its place is gone).
+func (m *Mutex) Lock(ctx context.Context) error {
+	_, _, err := m.acquire(ctx, AcquireOptions{Wait: Forever})
+	return err
+}
+
+// LockWithLease is Lock with an explicit lease (see AcquireOptions.Lease).
+// A lease under 10 ms is refused with ErrInvalidValue. A re-entry keeps the
+// hold's lease as it is.
+func (m *Mutex) LockWithLease(ctx context.Context, lease time.Duration) error {
+	if !m.zero() && lease <= 0 {
+		return fmt.Errorf("%w: lease %v", fairlock.ErrInvalidValue, lease)
+	}
+	_, _, err := m.acquire(ctx, AcquireOptions{Wait: Forever, Lease: lease})
+	return err
+}
+
+// TryLock makes one attempt and does not wait: it takes the lock only if
+// nobody holds it or waits for it (the queue goes first). Contention is
+// false with a nil error.
+func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
+	ok, _, err := m.acquire(ctx, AcquireOptions{})
+	return ok, err
+}
+
+// TryLockFor waits up to wait for the lock, in arrival order, and leaves
+// the queue (its key deleted) when the wait runs out: false with a nil
+// error. A lease of 0 means the Client's lease keeps the lock. A wait of 0
+// is TryLock.
+func (m *Mutex) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if !m.zero() && wait < 0 {
+		return false, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, wait)
+	}
+	ok, _, err := m.acquire(ctx, AcquireOptions{Wait: wait, Lease: lease})
+	return ok, err
+}
+
+// Acquire is the general acquisition; see AcquireOptions. It returns
+// whether it took the lock.
+func (m *Mutex) Acquire(ctx context.Context, o AcquireOptions) (bool, error) {
+	ok, _, err := m.acquire(ctx, o)
+	return ok, err
+}
+
+// LockAndGetToken is Lock, returning the hold's fencing token: the create
+// revision of its queue key. Tokens strictly increase from holder to holder
+// of the lock (and across all locks of one etcd cluster); a re-entry returns
+// the hold's token. Use it with package fence as a Redis lock's token, or
+// in an etcd Txn that writes the protected data, compared with
+// CreateRevision(Key()).
+func (m *Mutex) LockAndGetToken(ctx context.Context) (int64, error) {
+	_, tok, err := m.acquire(ctx, AcquireOptions{Wait: Forever})
+	return tok, err
+}
+
+// LockAndGetTokenWithLease is LockAndGetToken with an explicit lease.
+func (m *Mutex) LockAndGetTokenWithLease(ctx context.Context, lease time.Duration) (int64, error) {
+	if !m.zero() && lease <= 0 {
+		return 0, fmt.Errorf("%w: lease %v", fairlock.ErrInvalidValue, lease)
+	}
+	_, tok, err := m.acquire(ctx, AcquireOptions{Wait: Forever, Lease: lease})
+	return tok, err
+}
+
+// TryLockAndGetToken is TryLockFor, returning the token when it acquired.
+func (m *Mutex) TryLockAndGetToken(ctx context.Context, wait, lease time.Duration) (int64, bool, error) {
+	if !m.zero() && wait < 0 {
+		return 0, false, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, wait)
+	}
+	ok, tok, err := m.acquire(ctx, AcquireOptions{Wait: wait, Lease: lease})
+	return tok, ok, err
+}
+
+// Token is the current holder's token (the smallest create revision in the
+// queue, by any owner), read linearizably; 0 when nobody holds the lock. It
+// is this handle's token while this handle holds the lock. (On a half of an
+// RWMutex: the oldest key of either kind, a holder's.)
+func (m *Mutex) Token(ctx context.Context) (int64, error) {
+	if m.zero() {
+		return 0, errZero
+	}
+	if m.c.isClosed() {
+		return 0, errClosed
+	}
+	resp, err := m.c.cli.Get(ctx, m.dir, clientv3.WithFirstCreate()...)
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	return resp.Kvs[0].CreateRevision, nil
+}
+
+// Key is the etcd key of this handle's current hold ("" when it holds
+// nothing): compare its CreateRevision with the token in a Txn to fence an
+// etcd write on the hold.
+func (m *Mutex) Key() string {
+	if m.zero() {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.last; h != nil && !h.ended {
+		return h.key
+	}
+	return ""
+}
+
+// IsHeld reports whether this handle holds the lock, read linearizably
+// from etcd (its key is there with the hold's create revision).
+func (m *Mutex) IsHeld(ctx context.Context) (bool, error) {
+	if m.zero() {
+		return false, errZero
+	}
+	if m.c.isClosed() {
+		return false, errClosed
+	}
+	m.mu.Lock()
+	h := m.last
+	live := h != nil && !h.ended
+	m.mu.Unlock()
+	if !live {
+		return false, nil
+	}
+	resp, err := m.c.cli.Get(ctx, h.key)
+	if err != nil {
+		return false, err
+	}
+	return len(resp.Kvs) == 1 && resp.Kvs[0].CreateRevision == h.rev, nil
+}
+
+// HoldCount is this handle's hold count (0 when it holds nothing). It is
+// kept by the handle: etcd holds one key per hold.
+func (m *Mutex) HoldCount() int {
+	if m.zero() {
+		return 0
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.last; h != nil && !h.ended {
+		return h.count
+	}
+	return 0
+}
+
+// Done returns a channel closed when this handle's current hold ends: the
+// last Unlock, or its loss (the key was deleted: the lease was revoked or
+// expired; the lease's validity passed with no keep-alive confirmed; an
+// explicit lease ran out), or Client.Close. Err says which. Already closed
+// when the handle holds nothing.
+func (m *Mutex) Done() <-chan struct{} {
+	if m.zero() {
+		return closedChan
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.last == nil {
+		return closedChan
+	}
+	return m.last.done
+}
+
+// Err is nil while the lock is held and after a release; after a loss an
+// error matching fairlock.ErrLost that says why; after Client.Close with
+// the lock held, one matching fairlock.ErrClosed.
+func (m *Mutex) Err() error {
+	if m.zero() {
+		return errZero
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.last == nil {
+		return nil
+	}
+	return m.last.err
+}
+
+// ValidUntil is the local instant until which the current hold is known to
+// be valid: the send time of the latest keep-alive of its lease that etcd
+// confirmed (or of the grant) plus the TTL etcd confirmed, less a drift
+// margin (1% of the TTL plus 2 ms), and for an explicit lease at most the
+// grant plus the lease. etcd's leader cannot expire the lease before then.
+// Done closes when it passes with no newer keep-alive confirmed. Zero when
+// nothing is held.
+func (m *Mutex) ValidUntil() time.Time {
+	if m.zero() {
+		return time.Time{}
+	}
+	m.mu.Lock()
+	h := m.last
+	if h == nil || h.ended {
+		m.mu.Unlock()
+		return time.Time{}
+	}
+	end := h.end
+	m.mu.Unlock()
+	v := h.sess.validUntil()
+	if !end.IsZero() && end.Before(v) {
+		v = end
+	}
+	return v
+}
+
+// Unlock releases one hold; releasing the last deletes the hold's key with
+// a Txn fenced on its create revision (so a retry whose first attempt
+// committed never deletes a newer hold: etcd #22082), which lets the next
+// waiter in. It returns an error matching fairlock.ErrNotHeld, changing
+// nothing, when this handle holds nothing (or its hold was lost: Err says
+// why). When ctx ends it still runs on a fresh context bounded by the
+// cleanup timeout. When etcd cannot be reached it returns the error, the
+// hold ends (Err matching ErrLost) and the release is retried in the
+// background until the lease's validity passes.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	if m.zero() {
+		return errZero
+	}
+	m.mu.Lock()
+	h := m.last
+	if h == nil || h.ended {
+		m.mu.Unlock()
+		if h != nil && h.err != nil {
+			return fmt.Errorf("%w: %w", fairlock.ErrNotHeld, h.err)
+		}
+		return fmt.Errorf("%w: etcd: %q", fairlock.ErrNotHeld, m.name)
+	}
+	if h.releasing {
+		m.mu.Unlock()
+		return fmt.Errorf("%w: etcd: %q is being released", fairlock.ErrNotHeld, m.name)
+	}
+	if h.count > 1 {
+		h.count--
+		m.mu.Unlock()
+		return nil
+	}
+	h.releasing = true
+	m.mu.Unlock()
+
+	cctx, cancel := m.c.cleanupCtx(ctx)
+	defer cancel()
+	released, err := m.release(cctx, h)
+	switch {
+	case err == nil && released:
+		m.endHold(h, nil)
+		return nil
+	case err == nil:
+		m.endHold(h, fmt.Errorf("%w: etcd: %q: the hold's key was gone at release (its lease expired or was revoked)", fairlock.ErrLost, m.name))
+		return fmt.Errorf("%w: %w", fairlock.ErrNotHeld, m.Err())
+	default:
+		m.endHold(h, fmt.Errorf("%w: etcd: %q: release not confirmed: %w", fairlock.ErrLost, m.name, err))
+		go m.releaseInBackground(h)
+		return err
+	}
+}
+
+// release deletes h's key (fenced on its create revision) or, for an
+// explicit lease, revokes the lease. It retries transient errors until ctx
+// ends. released is false when the key was already gone; a retry after an
+// attempt whose outcome is unknown counts a missing key as released (the
+// first attempt's outcome).
+func (m *Mutex) release(ctx context.Context, h *hold) (released bool, err error) {
+	ambiguous := false
+	for {
+		if h.own {
+			_, err = m.c.cli.Revoke(ctx, h.sess.id)
+			if err == nil {
+				h.sess.end(fmt.Errorf("%w: etcd: released", fairlock.ErrLost))
+				return true, nil
+			}
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				h.sess.end(fmt.Errorf("%w: etcd: lease gone", fairlock.ErrLost))
+				return ambiguous, nil
+			}
+		} else {
+			var resp *clientv3.TxnResponse
+			resp, err = m.c.cli.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(h.key), "=", h.rev)).
+				Then(clientv3.OpDelete(h.key)).Commit()
+			if err == nil {
+				return resp.Succeeded || ambiguous, nil
+			}
+		}
+		ambiguous = true
+		if !sleepCtx(ctx, 50*time.Millisecond) {
+			return false, err
+		}
+	}
+}
+
+// releaseInBackground retries a release that could not be confirmed, until
+// the lease's validity passes (etcd frees the lock by itself by then).
+func (m *Mutex) releaseInBackground(h *hold) {
+	until := h.sess.validUntil()
+	if until.IsZero() {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), until)
+	defer cancel()
+	_, _ = m.release(ctx, h)
+}
+
+// endHold ends h with err (nil: released); the first end wins.
+func (m *Mutex) endHold(h *hold, err error) {
+	m.mu.Lock()
+	if h.ended {
+		m.mu.Unlock()
+		return
+	}
+	h.ended, h.err = true, err
+	close(h.done)
+	stop, rel := h.stop, h.releasing
+	m.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	if h.own && err != nil && !rel {
+		go h.sess.revoke() // a lost or closed explicit-lease hold: give the lease back
+	}
+	m.c.mu.Lock()
+	delete(m.c.hold, m)
+	m.c.mu.Unlock()
+}
+
+// closed is Client.Close's notice to this handle.
+func (m *Mutex) closed() {
+	m.mu.Lock()
+	h := m.last
+	m.mu.Unlock()
+	if h != nil {
+		m.endHold(h, errClosed)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// canceled is the error of a wait whose ctx ended.
+func canceled(ctx context.Context) error {
+	return fmt.Errorf("%w: %w", fairlock.ErrCanceled, context.Cause(ctx))
+}
+
+// enter takes the handle's acquisition turn and waits for a pending
+// cleanup.
+func (m *Mutex) enter(ctx context.Context) error {
+	select {
+	case m.acq <- struct{}{}:
+	case <-ctx.Done():
+		return canceled(ctx)
+	case <-m.c.closed:
+		return errClosed
+	}
+	m.mu.Lock()
+	p := m.pending
+	m.mu.Unlock()
+	if p != nil {
+		select {
+		case <-p:
+		case <-ctx.Done():
+			<-m.acq
+			return canceled(ctx)
+		}
+	}
+	return nil
+}
+
+// acquire is every acquisition.
+func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, error) {
+	if m.zero() {
+		return false, 0, errZero
+	}
+	if ctx == nil {
+		return false, 0, fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	}
+	if o.Lease < 0 || (o.Lease > 0 && o.Lease < minLease) {
+		return false, 0, fmt.Errorf("%w: lease %v (0, or at least %v)", fairlock.ErrInvalidValue, o.Lease, minLease)
+	}
+	if o.Wait < 0 && o.Wait != Forever {
+		return false, 0, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, o.Wait)
+	}
+	if m.c.isClosed() {
+		return false, 0, errClosed
+	}
+	if ctx.Err() != nil {
+		return false, 0, canceled(ctx)
+	}
+	if err := m.enter(ctx); err != nil {
+		return false, 0, err
+	}
+	defer func() { <-m.acq }()
+
+	m.mu.Lock()
+	if h := m.last; h != nil && !h.ended && !h.releasing {
+		h.count++
+		m.mu.Unlock()
+		return true, h.rev, nil
+	}
+	m.mu.Unlock()
+
+	var deadline time.Time
+	if o.Wait > 0 {
+		deadline = time.Now().Add(o.Wait)
+	}
+	// The session (lease) the key is attached to. A lease found gone when
+	// the key is written (expired or revoked before the keep-alives told)
+	// wrote nothing: start again on a new one.
+	var (
+		sess     *session
+		key      string
+		ok       bool
+		rev, hdr int64
+		err      error
+		start    time.Time
+	)
+	for attempt := 0; ; attempt++ {
+		if o.Lease > 0 {
+			sess, err = m.c.grant(ctx, o.Lease)
+		} else {
+			sess, err = m.c.shared(ctx)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, 0, canceled(ctx)
+			}
+			return false, 0, err
+		}
+		m.c.mu.Lock()
+		m.c.hold[m] = struct{}{}
+		m.c.mu.Unlock()
+		key = fmt.Sprintf("%s%016x/%d", m.kdir, int64(sess.id), m.id)
+		start = time.Now()
+		w := &waiter{m: m, ctx: ctx, o: o, key: key, sess: sess, deadline: deadline}
+		ok, rev, hdr, err = w.run()
+		if errors.Is(err, errLeaseGone) && attempt < 3 {
+			continue
+		}
+		if errors.Is(err, errLeaseGone) {
+			err = w.lostErr()
+		}
+		break
+	}
+	if !ok {
+		m.cleanup(sess, o.Lease > 0, key, rev)
+		m.c.mu.Lock()
+		delete(m.c.hold, m)
+		m.c.mu.Unlock()
+		return false, 0, err
+	}
+	h := &hold{key: key, rev: rev, sess: sess, own: o.Lease > 0, count: 1, done: make(chan struct{})}
+	if h.own {
+		// From here the lease is not kept alive: refresh it once to a full
+		// TTL, then let it run; the hold ends at start+lease.
+		sess.stopKeepAlive()
+		rctx, cancel := m.c.cleanupCtx(ctx)
+		_, rerr := sess.refresh(rctx)
+		cancel()
+		if rerr != nil {
+			m.cleanup(sess, true, key, rev)
+			m.c.mu.Lock()
+			delete(m.c.hold, m)
+			m.c.mu.Unlock()
+			return false, 0, rerr
+		}
+		h.end = start.Add(o.Lease - drift(o.Lease))
+	}
+	mctx, stop := context.WithCancel(context.Background())
+	h.stop = stop
+	m.mu.Lock()
+	m.last = h
+	m.mu.Unlock()
+	if m.c.isClosed() {
+		m.endHold(h, errClosed)
+		return false, 0, errClosed
+	}
+	go m.monitor(mctx, h, hdr+1)
+	return true, rev, nil
+}
+
+// cleanup gives back what a failed acquisition may have left: its explicit
+// lease (revoked) or its key (deleted, fenced on its create revision when
+// known), in the background; the handle's next acquisition waits for it.
+func (m *Mutex) cleanup(sess *session, own bool, key string, rev int64) {
+	p := make(chan struct{})
+	m.mu.Lock()
+	m.pending = p
+	m.mu.Unlock()
+	go func() {
+		defer close(p)
+		if own {
+			sess.revoke()
+			return
+		}
+		ctx, cancel := m.c.cleanupCtx(nil)
+		defer cancel()
+		for ctx.Err() == nil {
+			var err error
+			if rev > 0 {
+				_, err = m.c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+					Then(clientv3.OpDelete(key)).Commit()
+			} else {
+				// Unknown revision (the enqueue's reply was lost): the key
+				// is this handle's under this lease, and the handle is not
+				// acquiring, so delete it by name.
+				_, err = m.c.cli.Delete(ctx, key)
+			}
+			if err == nil || sess.ended() {
+				return
+			}
+			sleepCtx(ctx, 100*time.Millisecond)
+		}
+	}()
+}
+
+// monitor ends h when its key is deleted by anyone but its release (an
+// operator's Revoke, expiry), when its session is lost, and when an
+// explicit lease runs out. It watches h's key from rev (after the read that
+// granted the hold), so no deletion is missed.
+func (m *Mutex) monitor(ctx context.Context, h *hold, rev int64) {
+	var timer <-chan time.Time
+	if !h.end.IsZero() {
+		t := time.NewTimer(time.Until(h.end))
+		defer t.Stop()
+		timer = t.C
+	}
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		wch := m.c.cli.Watch(wctx, h.key, clientv3.WithRev(rev), clientv3.WithFilterPut())
+		gone := false
+	watch:
+		for {
+			select {
+			case <-ctx.Done():
+				cancel()
+				return
+			case <-h.sess.done:
+				cancel()
+				m.endHold(h, h.sess.reason())
+				return
+			case <-timer:
+				cancel()
+				m.endHold(h, fmt.Errorf("%w: etcd: %q: the explicit lease ran out", fairlock.ErrLost, m.name))
+				return
+			case wr, ok := <-wch:
+				if !ok || wr.Err() != nil {
+					break watch
+				}
+				for _, ev := range wr.Events {
+					if ev.Type == mvccpb.DELETE {
+						gone = true
+					}
+				}
+				if gone {
+					break watch
+				}
+			}
+		}
+		cancel()
+		if gone {
+			m.mu.Lock()
+			rel := h.releasing
+			m.mu.Unlock()
+			if !rel {
+				m.endHold(h, fmt.Errorf("%w: etcd: %q: the hold's key was deleted (lease revoked or expired)", fairlock.ErrLost, m.name))
+				// If the lease went with it, the session is lost too: ask
+				// now rather than at the next keep-alive.
+				go func() {
+					ctx, cancel := m.c.cleanupCtx(nil)
+					defer cancel()
+					_, _ = h.sess.refresh(ctx)
+				}()
+			}
+			return
+		}
+		// The watch ended (no leader, compaction, a broken stream): read
+		// the key again and watch on from that read.
+		for ctx.Err() == nil {
+			resp, err := m.c.cli.Get(ctx, h.key)
+			if err == nil {
+				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != h.rev {
+					m.mu.Lock()
+					rel := h.releasing
+					m.mu.Unlock()
+					if !rel {
+						m.endHold(h, fmt.Errorf("%w: etcd: %q: the hold's key is gone", fairlock.ErrLost, m.name))
+					}
+					return
+				}
+				rev = resp.Header.Revision + 1
+				break
+			}
+			if !sleepCtx(ctx, 100*time.Millisecond) {
+				return
+			}
+		}
+	}
+}
