@@ -1,9 +1,9 @@
 module github.com/fairlock-go/fairlock/etcd
 
-go 1.26.8
+go 1.26.0
 
 require (
-	github.com/fairlock-go/fairlock v0.0.0
+	github.com/fairlock-go/fairlock v0.1.0
 	go.etcd.io/etcd/api/v3 v3.6.16
 	go.etcd.io/etcd/client/v3 v3.6.16
 	go.etcd.io/etcd/server/v3 v3.6.16
@@ -77,5 +77,3 @@ require (
 	sigs.k8s.io/json v0.0.0-20211020170558-c049b76a60c6 // indirect
 	sigs.k8s.io/yaml v1.4.0 // indirect
 )
-
-replace github.com/fairlock-go/fairlock => ../
