@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock-go/fairlock"
@@ -260,6 +261,7 @@ func TestTimedCallsOnAStalledServer(t *testing.T) {
 			ok, err := l.TryLockFor(context.Background(), wait, 0)
 			require.False(t, ok)
 			require.Error(t, err, "an outage is not hidden as a wait that ran out")
+			assert.ErrorIs(t, err, fairlock.ErrUnavailable, "one sentinel for an outage, as the single locks' (multi.ErrNoAnswer matches it)")
 			return err
 		})
 	})
@@ -274,6 +276,7 @@ func TestTimedCallsOnAStalledServer(t *testing.T) {
 			ok, err := l.TryLockFor(context.Background(), wait, 0)
 			require.False(t, ok)
 			require.Error(t, err, "an outage is not hidden as a wait that ran out")
+			assert.ErrorIs(t, err, fairlock.ErrUnavailable, "one sentinel for an outage, as the single locks' (multi.ErrNoAnswer matches it)")
 			return err
 		})
 		require.Empty(t, locked(t, testCtx(t), live, ns[:2]), "what was taken is given back")
@@ -298,6 +301,7 @@ func TestTimedCallsOnAStalledServer(t *testing.T) {
 			h, err := s.TryAcquire(context.Background(), wait, 0)
 			require.Nil(t, h)
 			require.Error(t, err, "an outage is not hidden as a wait that ran out")
+			assert.ErrorIs(t, err, fairlock.ErrUnavailable, "one sentinel for an outage, as the single locks' (multi.ErrNoAnswer matches it)")
 			return err
 		})
 	})
@@ -312,6 +316,7 @@ func TestTimedCallsOnAStalledServer(t *testing.T) {
 			h, err := s.TryAcquire(context.Background(), wait, 0)
 			require.Nil(t, h)
 			require.Error(t, err, "an outage is not hidden as a wait that ran out")
+			assert.ErrorIs(t, err, fairlock.ErrUnavailable, "one sentinel for an outage, as the single locks' (multi.ErrNoAnswer matches it)")
 			return err
 		})
 	})

@@ -203,8 +203,18 @@ const attemptBound = time.Second
 // (MultiLock.TryLockFor and TryLock, Seats.TryAcquire) past its wait plus
 // one attempt bound (one second), or a RedLock release past its attempt
 // timeout. What the call took is given back; what could not be given back
-// yet, the member's handle gives back in the background.
-var ErrNoAnswer = errors.New("multi: no answer in time (Redis stalled or unreachable)")
+// yet, the member's handle gives back in the background. It matches
+// fairlock.ErrUnavailable too, the single locks' error for the same case,
+// so one errors.Is check covers every package.
+var ErrNoAnswer error = &noAnswerErr{}
+
+type noAnswerErr struct{}
+
+func (*noAnswerErr) Error() string {
+	return "multi: no answer in time (Redis stalled or unreachable)"
+}
+
+func (*noAnswerErr) Is(target error) bool { return target == fairlock.ErrUnavailable }
 
 // errBound is the cause of a timed call's own deadline.
 var errBound = errors.New("multi: the call's bound passed")
