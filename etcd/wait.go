@@ -14,8 +14,14 @@ import (
 
 // waiter is one acquisition's way through the queue.
 type waiter struct {
-	m        *Mutex
+	m *Mutex
+	// ctx bounds every etcd call and wait of the acquisition: the caller's
+	// context, ended also at the wait bound, when the session ends and
+	// when the Client closes (a call to an unreachable etcd waits for a
+	// connection: without this it would outlast the wait bound and the
+	// lease). user is the caller's own context.
 	ctx      context.Context
+	user     context.Context
 	o        AcquireOptions
 	key      string
 	sess     *session
@@ -24,18 +30,42 @@ type waiter struct {
 	reported bool
 }
 
-// stopErr is the error of an acquisition whose ctx ended or whose client
-// closed; nil otherwise.
+// stopErr is the error of an acquisition whose caller's ctx ended, whose
+// client closed or whose session ended; nil otherwise (also when only the
+// wait bound passed).
 func (w *waiter) stopErr() error {
 	select {
 	case <-w.m.c.closed:
 		return errClosed
 	default:
 	}
-	if w.ctx.Err() != nil {
-		return canceled(w.ctx)
+	if w.user.Err() != nil {
+		return canceled(w.user)
+	}
+	if w.sess.ended() {
+		return w.lostErr()
 	}
 	return nil
+}
+
+// bound returns the context of an acquisition's calls (see waiter.ctx).
+func bound(user context.Context, deadline time.Time, sess *session, closed <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(user)
+	if !deadline.IsZero() {
+		var c2 context.CancelFunc
+		ctx, c2 = context.WithDeadline(ctx, deadline)
+		c1 := cancel
+		cancel = func() { c2(); c1() }
+	}
+	go func() {
+		select {
+		case <-sess.done:
+		case <-closed:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx, cancel
 }
 
 // expired reports whether the wait bound has passed.
@@ -50,8 +80,11 @@ func (w *waiter) retry(err error) error {
 	if w.sess.ended() {
 		return w.lostErr()
 	}
-	if w.expired() || w.o.Wait == 0 {
+	if w.o.Wait == 0 {
 		return err
+	}
+	if w.expired() {
+		return nil // the caller sees the bound passed
 	}
 	d := 100 * time.Millisecond
 	if !w.deadline.IsZero() {
