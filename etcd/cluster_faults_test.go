@@ -391,3 +391,100 @@ func TestFaultOperatorRevoke(t *testing.T) {
 	wg.Wait()
 	r.check(revokedAt, 5)
 }
+
+// TestFaultSemaphoreKilledLeader: a history of the fair semaphore
+// (capacity 3, requests of 1 or 2 permits, bounded waits) while the leader
+// is killed: at no instant do valid holds (grant to the earlier of Release
+// and the last ValidUntil read) exceed the capacity, tokens are distinct,
+// every call ends within its bound, and permits keep being granted after
+// the kill.
+func TestFaultSemaphoreKilledLeader(t *testing.T) {
+	f := newFaultEnv(t)
+	const capacity = 3
+	clients := []*Client{f.client(0, ""), f.client(1, ""), f.client(2, "")}
+	var (
+		mu   sync.Mutex
+		hist []semRec
+		stop atomic.Bool
+		wg   sync.WaitGroup
+	)
+	for i := range 6 {
+		s, err := clients[i%3].NewSemaphore("fsem", capacity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			for k := 0; !stop.Load(); k++ {
+				n := int64(1 + rand.IntN(2))
+				call := time.Now()
+				p, err := s.TryAcquire(ctx, n, faultWait, 0)
+				if d := time.Since(call); d > faultWait+slack {
+					t.Errorf("TryAcquire with wait %v returned after %v", faultWait, d)
+				}
+				if err != nil || p == nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				r := semRec{who: fmt.Sprintf("w%d.%d", i, k), n: n, grant: time.Now(), token: p.Token()}
+				maxV := r.grant
+				until := time.Now().Add(time.Duration(5+rand.IntN(25)) * time.Millisecond)
+				for time.Now().Before(until) {
+					if v := p.ValidUntil(); v.After(maxV) {
+						maxV = v
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				r.release = time.Now()
+				if maxV.Before(r.release) {
+					r.release = maxV
+				}
+				mu.Lock()
+				hist = append(hist, r)
+				mu.Unlock()
+				uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				us := time.Now()
+				_ = p.Release(uctx)
+				cancel()
+				if d := time.Since(us); d > 10*time.Second+slack {
+					t.Errorf("Release bounded by 10 s returned after %v", d)
+				}
+			}
+		}()
+	}
+	time.Sleep(1500 * time.Millisecond)
+	l := f.cl.WaitLeader(10 * time.Second)
+	if l < 0 {
+		t.Fatal("no leader")
+	}
+	killedAt := time.Now()
+	f.cl.Kill(l)
+	if f.cl.WaitLeader(10*time.Second) < 0 {
+		t.Fatal("no leader within 10 s after the kill")
+	}
+	time.Sleep(faultTTL + 2*time.Second)
+	stop.Store(true)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if err := checkCapacity(hist, capacity); err != nil {
+		t.Fatal(err)
+	}
+	toks := map[int64]bool{}
+	after := 0
+	for _, r := range hist {
+		if toks[r.token] {
+			t.Fatalf("token %d twice", r.token)
+		}
+		toks[r.token] = true
+		if r.grant.After(killedAt) {
+			after++
+		}
+	}
+	if after < 5 {
+		t.Fatalf("%d grants after the kill, want at least 5", after)
+	}
+	t.Logf("%d holds, %d after the kill", len(hist), after)
+}

@@ -34,6 +34,18 @@ type waiter struct {
 // client closed or whose session ended; nil otherwise (also when only the
 // wait bound passed).
 func (w *waiter) stopErr() error {
+	if err := w.callerStop(); err != nil {
+		return err
+	}
+	if w.sess.ended() {
+		return w.lostErr()
+	}
+	return nil
+}
+
+// callerStop is the error of an acquisition whose caller's ctx ended or
+// whose client closed; nil otherwise.
+func (w *waiter) callerStop() error {
 	select {
 	case <-w.m.c.closed:
 		return errClosed
@@ -42,11 +54,13 @@ func (w *waiter) stopErr() error {
 	if w.user.Err() != nil {
 		return canceled(w.user)
 	}
-	if w.sess.ended() {
-		return w.lostErr()
-	}
 	return nil
 }
+
+// enqueueLost: the session ended while the key was being written (its
+// call was cut short): whatever was written goes with the lease, so start
+// again on a new one, as when etcd says the lease is gone.
+func (w *waiter) enqueueLost() bool { return w.sess.ended() && w.callerStop() == nil }
 
 // bound returns the context of an acquisition's calls (see waiter.ctx).
 func bound(user context.Context, deadline time.Time, sess *session, closed <-chan struct{}) (context.Context, context.CancelFunc) {
@@ -166,6 +180,9 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 		if err != nil {
 			if isLeaseGone(err) {
 				return false, 0, 0, w.leaseGone()
+			}
+			if w.enqueueLost() {
+				return false, 0, 0, errLeaseGone
 			}
 			if e := w.retry(err); e != nil {
 				return false, 0, 0, e
