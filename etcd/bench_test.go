@@ -11,9 +11,69 @@ import (
 
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/etcd/internal/etcdtest"
+	"github.com/fairlock-go/fairlock/fair"
+	"github.com/fairlock-go/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
+
+// Beside etcd's own concurrency.Mutex, each benchmark runs our Redis fair
+// lock (package fair, Redisson engine) on a private redis-server on
+// loopback (no persistence: the tests' configuration; Redis acknowledges
+// before any fsync, etcd after its WAL's), so one run gives the three
+// side by side; the parent benchmark logs the ratios at the end.
+
+// figures holds the last figure of each sub-benchmark of one parent.
+type figures struct {
+	mu sync.Mutex
+	v  map[string]float64
+}
+
+func (f *figures) set(k string, v float64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.v == nil {
+		f.v = map[string]float64{}
+	}
+	f.v[k] = v
+}
+
+// ratios logs etcd engine / concurrency.Mutex and etcd engine / Redis fair
+// lock of what the sub-benchmarks recorded.
+func (f *figures) ratios(b *testing.B, what string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, c, r := f.v["fairlock-etcd"], f.v["concurrency.Mutex"], f.v["redis-fair"]
+	if e == 0 || c == 0 || r == 0 {
+		return // a sub-benchmark was filtered out
+	}
+	b.Logf("%s: fairlock-etcd %.3f ms, concurrency.Mutex %.3f ms, redis-fair %.3f ms; etcd/concurrency.Mutex = %.3g, etcd/redis-fair = %.3g",
+		what, e, c, r, e/c, e/r)
+}
+
+// redisFair returns two fair-lock handles on one name, each on its own
+// Client and connection, on a private redis-server.
+func redisFair(b *testing.B) (ma, mb *fair.Mutex, rdb *redis.Client) {
+	srv := redistest.StartT(b)
+	mk := func() (*fair.Mutex, *redis.Client) {
+		r := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		b.Cleanup(func() { _ = r.Close() })
+		c, err := fairlock.NewClient(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = c.Close() })
+		m, err := fair.New(c, "bench-fair")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return m, r
+	}
+	ma, rdb = mk()
+	mb, _ = mk()
+	return ma, mb, rdb
+}
 
 // The benchmarks run on one embedded member with fsync on, as a real etcd.
 // The hand-off is the time from the holder's Unlock call to the return of
@@ -39,6 +99,28 @@ func BenchmarkPut(b *testing.B) {
 
 func BenchmarkUncontended(b *testing.B) {
 	ctx := context.Background()
+	var f figures
+	cycle := func(b *testing.B, name string, lock, unlock func() error) {
+		b.ResetTimer()
+		for b.Loop() {
+			if err := lock(); err != nil {
+				b.Fatal(err)
+			}
+			if err := unlock(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		f.set(name, float64(b.Elapsed().Microseconds())/1000/float64(b.N))
+	}
+	defer f.ratios(b, "uncontended cycle")
+	b.Run("redis-fair", func(b *testing.B) {
+		ma, _, _ := redisFair(b)
+		if err := ma.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		ma.Unlock(ctx)
+		cycle(b, "redis-fair", func() error { return ma.Lock(ctx) }, func() error { return ma.Unlock(ctx) })
+	})
 	b.Run("fairlock-etcd", func(b *testing.B) {
 		_, c1, _ := benchServer(b)
 		c, err := New(c1)
@@ -51,15 +133,7 @@ func BenchmarkUncontended(b *testing.B) {
 			b.Fatal(err)
 		}
 		m.Unlock(ctx)
-		b.ResetTimer()
-		for b.Loop() {
-			if err := m.Lock(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if err := m.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
+		cycle(b, "fairlock-etcd", func() error { return m.Lock(ctx) }, func() error { return m.Unlock(ctx) })
 	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
 		_, c1, _ := benchServer(b)
@@ -69,21 +143,13 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 		defer s.Close()
 		m := concurrency.NewMutex(s, "bench-cm/")
-		b.ResetTimer()
-		for b.Loop() {
-			if err := m.Lock(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if err := m.Unlock(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
+		cycle(b, "concurrency.Mutex", func() error { return m.Lock(ctx) }, func() error { return m.Unlock(ctx) })
 	})
 }
 
 // handoff measures one hand-off: hold, let the waiter queue, wait a
 // little, then time Unlock → the waiter's Lock returning.
-func handoffs(b *testing.B, put func() error, hold, unlock func() error, wait func(queued chan<- struct{}, got chan<- time.Time) error) {
+func handoffs(b *testing.B, f *figures, name string, put func() error, hold, unlock func() error, wait func(queued chan<- struct{}, got chan<- time.Time) error) {
 	var d, puts []time.Duration
 	for b.Loop() {
 		if err := hold(); err != nil {
@@ -113,6 +179,7 @@ func handoffs(b *testing.B, put func() error, hold, unlock func() error, wait fu
 	}
 	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 	b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "handoff-ms")
+	f.set(name, float64(d[len(d)/2].Microseconds())/1000)
 	b.ReportMetric(float64(d[len(d)*9/10].Microseconds())/1000, "p90-ms")
 	sort.Slice(puts, func(i, j int) bool { return puts[i] < puts[j] })
 	b.ReportMetric(float64(puts[len(puts)/2].Microseconds())/1000, "put-ms")
@@ -121,6 +188,26 @@ func handoffs(b *testing.B, put func() error, hold, unlock func() error, wait fu
 
 func BenchmarkHandoff(b *testing.B) {
 	ctx := context.Background()
+	var f figures
+	defer f.ratios(b, "handoff (median)")
+	b.Run("redis-fair", func(b *testing.B) {
+		ma, mb, rdb := redisFair(b)
+		put := func() error { return rdb.Set(ctx, "bench-fair-put", "x", 0).Err() }
+		handoffs(b, &f, "redis-fair", put, func() error { return ma.Lock(ctx) }, func() error { return ma.Unlock(ctx) },
+			func(queued chan<- struct{}, got chan<- time.Time) error {
+				_, err := mb.Acquire(ctx, fair.AcquireOptions{Wait: fair.Forever, Position: func(fairlock.Position) {
+					select {
+					case queued <- struct{}{}:
+					default:
+					}
+				}})
+				got <- time.Now()
+				if err == nil {
+					err = mb.Unlock(ctx)
+				}
+				return err
+			})
+	})
 	b.Run("fairlock-etcd", func(b *testing.B) {
 		_, c1, c2 := benchServer(b)
 		ca, _ := New(c1)
@@ -130,7 +217,7 @@ func BenchmarkHandoff(b *testing.B) {
 		ma, _ := ca.NewMutex("bench")
 		mb, _ := cb.NewMutex("bench")
 		put := func() error { _, err := c1.Put(ctx, "bench/put", "x"); return err }
-		handoffs(b, put, func() error { return ma.Lock(ctx) }, func() error { return ma.Unlock(ctx) },
+		handoffs(b, &f, "fairlock-etcd", put, func() error { return ma.Lock(ctx) }, func() error { return ma.Unlock(ctx) },
 			func(queued chan<- struct{}, got chan<- time.Time) error {
 				_, err := mb.Acquire(ctx, AcquireOptions{Wait: Forever, Position: func(fairlock.Position) {
 					select {
@@ -153,7 +240,7 @@ func BenchmarkHandoff(b *testing.B) {
 		defer sb.Close()
 		ma, mb := concurrency.NewMutex(sa, "bench-cm/"), concurrency.NewMutex(sb, "bench-cm/")
 		put := func() error { _, err := c1.Put(ctx, "bench/put", "x"); return err }
-		handoffs(b, put, func() error { return ma.Lock(ctx) }, func() error { return ma.Unlock(ctx) },
+		handoffs(b, &f, "concurrency.Mutex", put, func() error { return ma.Lock(ctx) }, func() error { return ma.Unlock(ctx) },
 			func(queued chan<- struct{}, got chan<- time.Time) error {
 				go func() { // queued: two keys under the prefix
 					for {

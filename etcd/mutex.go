@@ -490,7 +490,10 @@ func canceled(ctx context.Context) error {
 
 // enter takes the handle's acquisition turn and waits for a pending
 // cleanup.
-func (m *Mutex) enter(ctx context.Context) error {
+// errWaitedOut: the wait bound passed in enter.
+var errWaitedOut = errors.New("etcd: the wait ran out")
+
+func (m *Mutex) enter(ctx context.Context, deadline time.Time) error {
 	select {
 	case m.acq <- struct{}{}:
 	case <-ctx.Done():
@@ -502,11 +505,20 @@ func (m *Mutex) enter(ctx context.Context) error {
 	p := m.pending
 	m.mu.Unlock()
 	if p != nil {
+		var timer <-chan time.Time
+		if !deadline.IsZero() {
+			t := time.NewTimer(time.Until(deadline))
+			defer t.Stop()
+			timer = t.C
+		}
 		select {
 		case <-p:
 		case <-ctx.Done():
 			<-m.acq
 			return canceled(ctx)
+		case <-timer:
+			<-m.acq
+			return errWaitedOut
 		}
 	}
 	return nil
@@ -532,7 +544,14 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 	if ctx.Err() != nil {
 		return false, 0, canceled(ctx)
 	}
-	if err := m.enter(ctx); err != nil {
+	var deadline time.Time
+	if o.Wait > 0 {
+		deadline = time.Now().Add(o.Wait)
+	}
+	if err := m.enter(ctx, deadline); err != nil {
+		if errors.Is(err, errWaitedOut) {
+			return false, 0, nil
+		}
 		return false, 0, err
 	}
 	defer func() { <-m.acq }()
@@ -545,10 +564,6 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 	}
 	m.mu.Unlock()
 
-	var deadline time.Time
-	if o.Wait > 0 {
-		deadline = time.Now().Add(o.Wait)
-	}
 	// The session (lease) the key is attached to. A lease found gone when
 	// the key is written (expired or revoked before the keep-alives told)
 	// wrote nothing: start again on a new one.
@@ -561,14 +576,24 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 		start    time.Time
 	)
 	for attempt := 0; ; attempt++ {
-		if o.Lease > 0 {
-			sess, err = m.c.grant(ctx, o.Lease)
-		} else {
-			sess, err = m.c.shared(ctx)
+		// The grant is bounded by the wait too: with etcd out of reach it
+		// would wait for a connection until ctx ends.
+		gctx, gcancel := ctx, context.CancelFunc(func() {})
+		if !deadline.IsZero() {
+			gctx, gcancel = context.WithDeadline(ctx, deadline)
 		}
+		if o.Lease > 0 {
+			sess, err = m.c.grant(gctx, o.Lease)
+		} else {
+			sess, err = m.c.shared(gctx)
+		}
+		gcancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return false, 0, canceled(ctx)
+			}
+			if !deadline.IsZero() && !time.Now().Before(deadline) {
+				return false, 0, nil // the wait ran out
 			}
 			return false, 0, err
 		}
@@ -577,8 +602,10 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 		m.c.mu.Unlock()
 		key = fmt.Sprintf("%s%016x/%d", m.kdir, int64(sess.id), m.id)
 		start = time.Now()
-		w := &waiter{m: m, ctx: ctx, o: o, key: key, sess: sess, deadline: deadline}
+		wctx, wcancel := bound(ctx, deadline, sess, m.c.closed)
+		w := &waiter{m: m, ctx: wctx, user: ctx, o: o, key: key, sess: sess, deadline: deadline}
 		ok, rev, hdr, err = w.run()
+		wcancel()
 		if errors.Is(err, errLeaseGone) && attempt < 3 {
 			continue
 		}
@@ -638,7 +665,10 @@ func (m *Mutex) cleanup(sess *session, own bool, key string, rev int64) {
 			sess.revoke()
 			return
 		}
-		ctx, cancel := m.c.cleanupCtx(nil)
+		cctx, ccancel := m.c.cleanupCtx(nil)
+		defer ccancel()
+		// The key goes with the lease: stop when the session ends.
+		ctx, cancel := bound(cctx, time.Time{}, sess, nil)
 		defer cancel()
 		for ctx.Err() == nil {
 			var err error
@@ -663,7 +693,24 @@ func (m *Mutex) cleanup(sess *session, own bool, key string, rev int64) {
 // operator's Revoke, expiry), when its session is lost, and when an
 // explicit lease runs out. It watches h's key from rev (after the read that
 // granted the hold), so no deletion is missed.
-func (m *Mutex) monitor(ctx context.Context, h *hold, rev int64) {
+func (m *Mutex) monitor(parent context.Context, h *hold, rev int64) {
+	// Every call below ends when the session does: with etcd out of reach
+	// a Watch or a Get waits for a connection, and the loss must still be
+	// told when the validity passes.
+	ctx, cancel := context.WithCancel(parent)
+	defer cancel()
+	go func() {
+		select {
+		case <-h.sess.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	defer func() {
+		if h.sess.ended() {
+			m.endHold(h, h.sess.reason())
+		}
+	}()
 	var timer <-chan time.Time
 	if !h.end.IsZero() {
 		t := time.NewTimer(time.Until(h.end))

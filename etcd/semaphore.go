@@ -173,6 +173,9 @@ func (w *waiter) runSem() (ok bool, rev, hdr int64, err error) {
 			if isLeaseGone(err) {
 				return false, 0, 0, w.leaseGone()
 			}
+			if w.enqueueLost() {
+				return false, 0, 0, errLeaseGone
+			}
 			if e := w.retry(err); e != nil {
 				return false, 0, 0, e
 			}

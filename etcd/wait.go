@@ -14,8 +14,14 @@ import (
 
 // waiter is one acquisition's way through the queue.
 type waiter struct {
-	m        *Mutex
+	m *Mutex
+	// ctx bounds every etcd call and wait of the acquisition: the caller's
+	// context, ended also at the wait bound, when the session ends and
+	// when the Client closes (a call to an unreachable etcd waits for a
+	// connection: without this it would outlast the wait bound and the
+	// lease). user is the caller's own context.
 	ctx      context.Context
+	user     context.Context
 	o        AcquireOptions
 	key      string
 	sess     *session
@@ -24,18 +30,56 @@ type waiter struct {
 	reported bool
 }
 
-// stopErr is the error of an acquisition whose ctx ended or whose client
-// closed; nil otherwise.
+// stopErr is the error of an acquisition whose caller's ctx ended, whose
+// client closed or whose session ended; nil otherwise (also when only the
+// wait bound passed).
 func (w *waiter) stopErr() error {
+	if err := w.callerStop(); err != nil {
+		return err
+	}
+	if w.sess.ended() {
+		return w.lostErr()
+	}
+	return nil
+}
+
+// callerStop is the error of an acquisition whose caller's ctx ended or
+// whose client closed; nil otherwise.
+func (w *waiter) callerStop() error {
 	select {
 	case <-w.m.c.closed:
 		return errClosed
 	default:
 	}
-	if w.ctx.Err() != nil {
-		return canceled(w.ctx)
+	if w.user.Err() != nil {
+		return canceled(w.user)
 	}
 	return nil
+}
+
+// enqueueLost: the session ended while the key was being written (its
+// call was cut short): whatever was written goes with the lease, so start
+// again on a new one, as when etcd says the lease is gone.
+func (w *waiter) enqueueLost() bool { return w.sess.ended() && w.callerStop() == nil }
+
+// bound returns the context of an acquisition's calls (see waiter.ctx).
+func bound(user context.Context, deadline time.Time, sess *session, closed <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(user)
+	if !deadline.IsZero() {
+		var c2 context.CancelFunc
+		ctx, c2 = context.WithDeadline(ctx, deadline)
+		c1 := cancel
+		cancel = func() { c2(); c1() }
+	}
+	go func() {
+		select {
+		case <-sess.done:
+		case <-closed:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	return ctx, cancel
 }
 
 // expired reports whether the wait bound has passed.
@@ -50,8 +94,11 @@ func (w *waiter) retry(err error) error {
 	if w.sess.ended() {
 		return w.lostErr()
 	}
-	if w.expired() || w.o.Wait == 0 {
+	if w.o.Wait == 0 {
 		return err
+	}
+	if w.expired() {
+		return nil // the caller sees the bound passed
 	}
 	d := 100 * time.Millisecond
 	if !w.deadline.IsZero() {
@@ -133,6 +180,9 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 		if err != nil {
 			if isLeaseGone(err) {
 				return false, 0, 0, w.leaseGone()
+			}
+			if w.enqueueLost() {
+				return false, 0, 0, errLeaseGone
 			}
 			if e := w.retry(err); e != nil {
 				return false, 0, 0, e
