@@ -40,9 +40,33 @@ func (h *Handle) zero() bool { return h == nil || h.m == nil }
 type LockOption func(*core.LockConfig)
 
 // WithThreadID fixes the thread part of the owner id, for example to act as
-// the same owner as another process (as a Java thread id does). It must be
-// positive. By default each handle gets a fresh id.
-func WithThreadID(id int64) LockOption { return func(c *core.LockConfig) { c.ThreadID = id } }
+// the same owner as another process (as a Java thread id does). By
+// default each handle gets a fresh id. It must be positive: any other value
+// (0 included) makes New fail with ErrInvalidValue.
+func WithThreadID(id int64) LockOption {
+	return func(c *core.LockConfig) {
+		if id <= 0 && c.Invalid == nil {
+			c.Invalid = fmt.Errorf("%w: WithThreadID(%d): a thread id must be positive", ErrInvalidValue, id)
+			return
+		}
+		c.ThreadID = id
+	}
+}
+
+// checkArgs refuses a negative wait (core.Forever aside), a negative lease
+// and an explicit lease under core.MinLease, naming the call, the lock and
+// the value.
+func (h *Handle) checkArgs(call string, wait, lease time.Duration) error {
+	switch {
+	case wait < 0 && wait != core.Forever:
+		return fmt.Errorf("%w: %s on %q: wait %v is negative (a wait of 0 makes one attempt)",
+			ErrInvalidValue, call, h.m.Keys.Name, wait)
+	case lease < 0 || (lease > 0 && lease < core.MinLease):
+		return fmt.Errorf("%w: %s on %q: lease %v (a lease of 0 lets the watchdog keep the lock; an explicit lease is at least %v)",
+			ErrInvalidValue, call, h.m.Keys.Name, lease, core.MinLease)
+	}
+	return nil
+}
 
 func init() {
 	core.RegisterHandles(
@@ -96,16 +120,18 @@ func (h *Handle) Lock(ctx context.Context) error {
 }
 
 // LockWithLease is Lock with an explicit lease: the lock frees itself after
-// lease unless unlocked first, and no watchdog renews it. A lease under
-// 10 ms is refused (ErrInvalidValue): no reply could come back within it. A
-// re-entry of a hold the watchdog keeps sets the watchdog lease instead
-// (the watchdog keeps the hold until its last Unlock anyway).
+// lease unless unlocked first, and no watchdog renews it. A lease of 0 is
+// Lock's (the watchdog keeps the lock), as in TryLockFor and Redisson's
+// lock(leaseTime). A negative lease, or one under 10 ms (no reply could
+// come back within it), is refused with ErrInvalidValue. A re-entry of a
+// hold the watchdog keeps sets the watchdog lease instead (the watchdog
+// keeps the hold until its last Unlock anyway).
 func (h *Handle) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if h.zero() {
 		return errZero
 	}
-	if lease <= 0 {
-		return fmt.Errorf("%w: lease %v", ErrInvalidValue, lease)
+	if err := h.checkArgs("LockWithLease", core.Forever, lease); err != nil {
+		return err
 	}
 	_, err := h.m.Acquire(ctx, h.opts(core.Forever, lease))
 	return err
@@ -123,17 +149,18 @@ func (h *Handle) TryLock(ctx context.Context) (bool, error) {
 }
 
 // TryLockFor waits up to wait for the lock. A lease of 0 means the watchdog
-// keeps the lock; a positive lease frees it after that long. It reports
-// false with a nil error when the wait ran out. A fair lock queues for up
-// to wait, using wait as the wait slot (as Redisson's tryLock(wait, lease));
-// a wait of 0 uses the default slot and makes one queued attempt; when the
-// wait runs out it leaves the queue.
+// keeps the lock; a positive lease (at least 10 ms) frees it after that
+// long. It reports false with a nil error when the wait ran out. A fair
+// lock queues for up to wait, using wait as the wait slot (as Redisson's
+// tryLock(wait, lease)); a wait of 0 uses the default slot and makes one
+// queued attempt; when the wait runs out it leaves the queue. A negative
+// wait or lease is refused with ErrInvalidValue.
 func (h *Handle) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
 	if h.zero() {
 		return false, errZero
 	}
-	if wait < 0 {
-		return false, fmt.Errorf("%w: wait %v", ErrInvalidValue, wait)
+	if err := h.checkArgs("TryLockFor", wait, lease); err != nil {
+		return false, err
 	}
 	return h.m.Acquire(ctx, h.opts(wait, lease))
 }
@@ -281,13 +308,15 @@ func (h *FencedHandle) LockAndGetToken(ctx context.Context) (int64, error) {
 // LockAndGetTokenWithLease is LockAndGetToken with an explicit lease: the
 // lock frees itself after lease unless unlocked first, and no watchdog
 // renews it. (Redisson's lockAndGetToken(lease, unit) ignores its lease and
-// lets the watchdog keep the lock; here the lease is used.)
+// lets the watchdog keep the lock; here the lease is used.) Its leases are
+// LockWithLease's: 0 lets the watchdog keep the lock; a negative lease, or
+// one under 10 ms, is refused with ErrInvalidValue.
 func (h *FencedHandle) LockAndGetTokenWithLease(ctx context.Context, lease time.Duration) (int64, error) {
 	if h.zero() {
 		return 0, errZero
 	}
-	if lease <= 0 {
-		return 0, fmt.Errorf("%w: lease %v", ErrInvalidValue, lease)
+	if err := h.checkArgs("LockAndGetTokenWithLease", core.Forever, lease); err != nil {
+		return 0, err
 	}
 	var token int64
 	o := h.opts(core.Forever, lease)
@@ -300,13 +329,14 @@ func (h *FencedHandle) LockAndGetTokenWithLease(ctx context.Context, lease time.
 
 // TryLockAndGetToken is TryLockFor, returning the fencing token: when it
 // acquired, ok is true and token is this acquisition's token; when the wait
-// ran out, ok is false with a nil error.
+// ran out, ok is false with a nil error. Its waits and leases are
+// TryLockFor's.
 func (h *FencedHandle) TryLockAndGetToken(ctx context.Context, wait, lease time.Duration) (token int64, ok bool, err error) {
 	if h.zero() {
 		return 0, false, errZero
 	}
-	if wait < 0 {
-		return 0, false, fmt.Errorf("%w: wait %v", ErrInvalidValue, wait)
+	if err := h.checkArgs("TryLockAndGetToken", wait, lease); err != nil {
+		return 0, false, err
 	}
 	o := h.opts(wait, lease)
 	o.Token = &token
