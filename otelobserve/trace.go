@@ -14,10 +14,10 @@ import (
 // "fairlock.acquire" around each acquisition and "fairlock.release" around
 // each release, child of the span in the caller's ctx, with the attributes
 // lock.kind, lock.name and lock.owner (span attributes make no time
-// series, so the name needs no mapping here) and lock.acquired (for a
-// release: whether it succeeded). A call's error is recorded on its span
-// and sets its status to Error; an acquisition that ran out of wait is not
-// an error (lock.acquired=false).
+// series, so the name needs no mapping here); an acquisition's span also
+// carries lock.acquired (false when its wait ran out, which is not an
+// error), a release's lock.released (whether it released). A call's error
+// is recorded on its span and sets its status to Error.
 type Tracer struct {
 	t trace.Tracer
 }
@@ -34,8 +34,12 @@ func (t *Tracer) Start(ctx context.Context, s fairlock.Span) (context.Context, f
 		attribute.String("lock.name", s.Name),
 		attribute.String("lock.owner", s.Owner),
 	))
+	outcome := "lock.acquired"
+	if s.Op == "release" {
+		outcome = "lock.released"
+	}
 	return ctx, func(ok bool, err error) {
-		span.SetAttributes(attribute.Bool("lock.acquired", ok))
+		span.SetAttributes(attribute.Bool(outcome, ok))
 		if err != nil {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
