@@ -53,12 +53,12 @@ func WithThreadID(id int64) LockOption {
 	}
 }
 
-// checkArgs refuses a negative wait (core.Forever aside), a negative lease
+// checkArgs refuses a negative wait, a negative lease
 // and an explicit lease under core.MinLease, naming the call, the lock and
 // the value.
 func (h *Handle) checkArgs(call string, wait, lease time.Duration) error {
 	switch {
-	case wait < 0 && wait != core.Forever:
+	case wait < 0:
 		return fmt.Errorf("%w: %s on %q: wait %v is negative (a wait of 0 makes one attempt)",
 			ErrInvalidValue, call, h.m.Keys.Name, wait)
 	case lease < 0 || (lease > 0 && lease < core.MinLease):
@@ -130,7 +130,7 @@ func (h *Handle) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if h.zero() {
 		return errZero
 	}
-	if err := h.checkArgs("LockWithLease", core.Forever, lease); err != nil {
+	if err := h.checkArgs("LockWithLease", 0, lease); err != nil {
 		return err
 	}
 	_, err := h.m.Acquire(ctx, h.opts(core.Forever, lease))
@@ -315,7 +315,7 @@ func (h *FencedHandle) LockAndGetTokenWithLease(ctx context.Context, lease time.
 	if h.zero() {
 		return 0, errZero
 	}
-	if err := h.checkArgs("LockAndGetTokenWithLease", core.Forever, lease); err != nil {
+	if err := h.checkArgs("LockAndGetTokenWithLease", 0, lease); err != nil {
 		return 0, err
 	}
 	var token int64

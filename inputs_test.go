@@ -118,6 +118,7 @@ func TestLeaseAndWaitArguments(t *testing.T) {
 		{"LockWithLease(5ms)", func() error { return r.LockWithLease(ctx, 5*time.Millisecond) }},
 		{"fair LockWithLease(-1s)", func() error { return f.LockWithLease(ctx, -time.Second) }},
 		{"TryLockFor(-1s, 0)", func() error { _, err := r.TryLockFor(ctx, -time.Second, 0); return err }},
+		{"TryLockFor(-1ns, 0)", func() error { _, err := r.TryLockFor(ctx, -1, 0); return err }},
 		{"TryLockFor(0, -1s)", func() error { _, err := r.TryLockFor(ctx, 0, -time.Second); return err }},
 		{"fair TryLockFor(1s, -1s)", func() error { _, err := f.TryLockFor(ctx, time.Second, -time.Second); return err }},
 		{"LockAndGetTokenWithLease(-1s)", func() error { _, err := fe.LockAndGetTokenWithLease(ctx, -time.Second); return err }},
