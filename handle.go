@@ -184,7 +184,7 @@ func (h *Handle) opts(wait, lease time.Duration) core.AcquireOpts {
 // lock, the head of the queue and the waiter behind it, and reentrant
 // waiters of the same name). It returns ErrNotHeld, changing nothing, when
 // this owner does not hold the lock (Redisson's fair lock replies success
-// when the lock is gone: H4). When ctx ends, before or during the call, it
+// when the lock is gone). When ctx ends, before or during the call, it
 // still runs to completion on a fresh context bounded by the client's
 // cleanup timeout (WithCleanupTimeout). A retry after a lost reply returns
 // the first outcome (Redisson's unlock latch). When Redis cannot be reached

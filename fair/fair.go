@@ -19,9 +19,10 @@
 // next event that can change its place or free the lock, and the waiters
 // that must act next are woken (the new head after a take, the waiter
 // behind the head on a release); a caller is never pruned by its own call;
-// a head with no deadline is pruned instead of blocking the lock for ever
-// (H1); a waiter never polls in a loop (H2); unlocking a lock you do not hold
-// returns ErrNotHeld (H4).
+// a head with no deadline is pruned instead of blocking the lock for ever;
+// a waiter never polls in a loop; unlocking a lock you do not hold returns
+// ErrNotHeld (Redisson's fair lock does none of these three: docs/design.md
+// lists its hazards).
 //
 // A waiter can follow its place in the queue: Acquire with
 // AcquireOptions.Position reports, after each of its attempts, how many
