@@ -86,7 +86,7 @@ func TestLockOptionValues(t *testing.T) {
 			t.Errorf("fair WithThreadID(%d): %v", id, err)
 		}
 	}
-	if _, err := fair.New(c, "x", fair.WithWaitSlot(0)); !errors.Is(err, fairlock.ErrInvalidValue) {
+	if _, err := fair.New(c, "x", fair.WithWaitSlot(0)); !errors.Is(err, fairlock.ErrInvalidValue) || !strings.Contains(err.Error(), "WithWaitSlot(0s)") {
 		t.Errorf("fair.WithWaitSlot(0): %v", err)
 	}
 }

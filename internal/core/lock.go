@@ -43,7 +43,7 @@ func NewLock[H any, O ~func(*LockConfig)](client any, name string, opts []O, e E
 		return zero, nil, cfg.Invalid
 	}
 	if cfg.SlotSet && cfg.Slot < time.Millisecond {
-		return zero, nil, fmt.Errorf("%w: wait slot %v (must be at least 1ms)", ErrInvalidValue, cfg.Slot)
+		return zero, nil, fmt.Errorf("%w: fair.WithWaitSlot(%v): the wait slot must be at least 1ms", ErrInvalidValue, cfg.Slot)
 	}
 	s := Of(client)
 	m, err := newMutex(s, name, cfg.ThreadID)
