@@ -101,7 +101,8 @@ func makeEngine(s *core.Session, k wire.Keys, cfg core.LockConfig) (core.Engine,
 
 // AcquireOptions are the general form of an acquisition.
 type AcquireOptions struct {
-	// Lease is the explicit lease; 0 lets the watchdog keep the lock.
+	// Lease is the explicit lease (at least 10 ms); 0 lets the watchdog
+	// keep the lock. A negative lease is refused with ErrInvalidValue.
 	Lease time.Duration
 	// Wait bounds the wait; Forever waits until ctx ends; 0 makes one
 	// queued attempt.
@@ -135,8 +136,14 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOptions) (bool, error) {
 	if m.m == nil {
 		return m.TryLock(ctx) // the zero Mutex's error
 	}
-	if o.Slot < 0 {
-		return false, fmt.Errorf("%w: wait slot %v", fairlock.ErrInvalidValue, o.Slot)
+	switch name := m.m.Keys.Name; {
+	case o.Slot < 0:
+		return false, fmt.Errorf("%w: Acquire on %q: wait slot %v is negative (0 takes the handle's)", fairlock.ErrInvalidValue, name, o.Slot)
+	case o.Wait < 0 && o.Wait != Forever:
+		return false, fmt.Errorf("%w: Acquire on %q: wait %v is negative (0 makes one attempt, Forever waits until ctx ends)", fairlock.ErrInvalidValue, name, o.Wait)
+	case o.Lease < 0 || (o.Lease > 0 && o.Lease < core.MinLease):
+		return false, fmt.Errorf("%w: Acquire on %q: lease %v (a lease of 0 lets the watchdog keep the lock; an explicit lease is at least %v)",
+			fairlock.ErrInvalidValue, name, o.Lease, core.MinLease)
 	}
 	slot := o.Slot
 	if slot == 0 {
