@@ -125,7 +125,10 @@ func (h *Handle) Lock(ctx context.Context) error {
 // lock(leaseTime). A negative lease, or one under 10 ms (no reply could
 // come back within it), is refused with ErrInvalidValue. A re-entry of a
 // hold the watchdog keeps sets the watchdog lease instead (the watchdog
-// keeps the hold until its last Unlock anyway).
+// keeps the hold until its last Unlock anyway). A re-entry of an
+// explicit-lease hold sets the new lease, longer or shorter, except on a
+// read-write lock (package rwlock), whose re-entry keeps the longer of the
+// hold's remaining lease and the new one.
 func (h *Handle) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if h.zero() {
 		return errZero
@@ -267,7 +270,9 @@ func (h *Handle) Err() error {
 
 // ValidUntil is the local instant until which this handle's current hold is
 // known to be valid: the send time of its latest acquisition or confirmed
-// renewal plus the lease, less a drift margin (1% of the lease plus 2 ms).
+// renewal plus the lease, less a drift margin (1% of the lease plus 2 ms);
+// on a read-write lock, a re-entry with a shorter lease keeps the longer
+// validity, as Redis keeps the longer TTL.
 // Redis cannot expire the lock before then; Done closes when it passes with
 // no renewal confirmed. Check it before a write that must happen under the
 // lock (or, better, use a fencing token). Zero when nothing is held.
@@ -291,7 +296,10 @@ type FencedHandle struct {
 // fenced lock gives every acquisition a new token, re-entries included (as
 // Redisson); a fair lock's re-entry returns the hold's current token. Send
 // it with every write the lock protects and let the resource refuse writes
-// with an older token (package fence).
+// with an older token (package fence). Tokens are exact up to 2^53: once the
+// lock's token key holds 2^53, every acquisition that would need a new token
+// returns an error at once and changes nothing (docs/design.md, "Fencing
+// tokens"), never a token that repeats or goes back.
 func (h *FencedHandle) LockAndGetToken(ctx context.Context) (int64, error) {
 	if h.zero() {
 		return 0, errZero

@@ -1,6 +1,7 @@
 package fair_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -98,4 +99,109 @@ func TestFairTokenRepeatedCopyAndExpiry(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Issue 30, item 3: tokens past 1e14 stay exact and strictly increasing
+// across a release to a queued waiter (on the scalable engine a direct
+// handoff, whose grant message and latch carry the token as text), a plain
+// take and a fenced lock on the same name; up to 2^53 - 1 here, see
+// TestFairTokensEndAt2p53 for 2^53 itself. Before the fix, on redis-server
+// the handoff wrote the token with Lua's %.14g: the waiter got
+// 123456789012350 while the counter was at ...347.
+func TestFairTokensPast1e14(t *testing.T) {
+	for _, start := range []int64{1e14 - 3, 123456789012345, 1<<53 - 5} {
+		t.Run(strconv.FormatInt(start, 10), func(t *testing.T) {
+			eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
+				ctx := testCtx(t)
+				rdb := b.Client(t)
+				name := redistest.Prefix(t) + "lock"
+				c := newClient(t, rdb)
+				tokenKey := wire.KeysFor(name).Token()
+				require.NoError(t, rdb.Set(ctx, tokenKey, start, 0).Err())
+				holder, waiter := newMutex(t, c, name, e.opt), newMutex(t, c, name, e.opt)
+
+				var toks []int64
+				t1, err := holder.LockAndGetToken(ctx)
+				require.NoError(t, err)
+				toks = append(toks, t1)
+				type res struct {
+					tok int64
+					err error
+				}
+				got := make(chan res, 1)
+				go func() {
+					tok, err := waiter.LockAndGetToken(ctx)
+					got <- res{tok, err}
+				}()
+				e.waitQueued(t, rdb, name, 1)
+				require.NoError(t, holder.Unlock(ctx))
+				r := <-got
+				require.NoError(t, r.err)
+				toks = append(toks, r.tok)
+				cur, err := waiter.Token(ctx)
+				require.NoError(t, err)
+				assert.Equal(t, r.tok, cur, "the waiter's token is the counter's value")
+				require.NoError(t, waiter.Unlock(ctx))
+
+				t3, err := holder.LockAndGetToken(ctx)
+				require.NoError(t, err)
+				toks = append(toks, t3)
+				require.NoError(t, holder.Unlock(ctx))
+				f, err := fenced.New(c, name)
+				require.NoError(t, err)
+				t4, err := f.LockAndGetToken(ctx)
+				require.NoError(t, err)
+				toks = append(toks, t4)
+				require.NoError(t, f.Unlock(ctx))
+
+				assert.Equal(t, []int64{start + 1, start + 2, start + 3, start + 4}, toks)
+				assert.Equal(t, strconv.FormatInt(start+4, 10), rdb.Get(ctx, tokenKey).Val())
+			})
+		})
+	}
+}
+
+// Issue 30, item 3: the last exact token is 2^53. The take that reaches
+// it succeeds and its holder re-enters with it; every later acquisition
+// (fair, both engines, and fenced) returns an error at once, never a token
+// that repeats or goes back, and changes nothing.
+func TestFairTokensEndAt2p53(t *testing.T) {
+	const end = int64(1) << 53
+	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
+		ctx := testCtx(t)
+		rdb := b.Client(t)
+		name := redistest.Prefix(t) + "lock"
+		c := newClient(t, rdb)
+		tokenKey := wire.KeysFor(name).Token()
+		require.NoError(t, rdb.Set(ctx, tokenKey, end-1, 0).Err())
+		holder, other := newMutex(t, c, name, e.opt), newMutex(t, c, name, e.opt)
+		t1, err := holder.LockAndGetToken(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, end, t1)
+		t2, err := holder.LockAndGetToken(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, end, t2, "the re-entry keeps the holder's token")
+		require.NoError(t, holder.Unlock(ctx))
+		require.NoError(t, holder.Unlock(ctx))
+
+		f, err := fenced.New(c, name)
+		require.NoError(t, err)
+		start := time.Now()
+		for what, try := range map[string]func() error{
+			"fair Lock":    func() error { _, err := other.LockAndGetToken(ctx); return err },
+			"fair TryLock": func() error { _, err := other.TryLock(ctx); return err },
+			"fair TryLockFor": func() error {
+				_, _, err := other.TryLockAndGetToken(ctx, 5*time.Second, 0)
+				return err
+			},
+			"fenced Lock": func() error { _, err := f.LockAndGetToken(ctx); return err },
+		} {
+			err := try()
+			require.Error(t, err, what)
+			assert.Contains(t, err.Error(), "2^53", what)
+		}
+		assert.Less(t, time.Since(start), 5*time.Second, "refused at once, not retried")
+		assert.Equal(t, strconv.FormatInt(end, 10), rdb.Get(ctx, tokenKey).Val())
+		assert.Zero(t, rdb.Exists(ctx, name).Val(), "nobody holds the lock")
+	})
 }

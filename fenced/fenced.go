@@ -9,7 +9,9 @@
 // and let the resource refuse a write whose token is older than one it has
 // already seen (package fence does this for a Redis key; docs/design.md
 // shows the SQL form). Tokens strictly increase across owners and across a
-// holder's lease expiry.
+// holder's lease expiry. They are exact up to 2^53: the acquisition after
+// the one that got 2^53 (a re-entry too) returns an error and changes
+// nothing.
 //
 // As in Redisson, every successful acquisition gets a new token, re-entries
 // included, and the plain Lock / TryLock methods INCR too (they discard the

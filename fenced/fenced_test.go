@@ -224,3 +224,63 @@ func TestBadInput(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, int64(0), rdb.Exists(context.Background(), "x").Val())
 }
+
+// Issue 30, item 3: fencing tokens past 1e14 are exact and strictly
+// increasing across a release to a waiting owner; the last exact token is
+// 2^53: the acquisition that reaches it succeeds, every later one (a
+// re-entry included: every fenced acquisition INCRs) returns an error at
+// once and changes nothing, never a token that repeats or goes back.
+func TestTokensPast1e14AndEnd(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		rdb := b.Client(t)
+		c := newClient(t, rdb)
+		for _, start := range []int64{1e14 - 2, 123456789012345, 1<<53 - 3} {
+			name := redistest.Prefix(t) + "lock"
+			a, w := newMutex(t, c, name), newMutex(t, c, name)
+			require.NoError(t, rdb.Set(ctx, a.TokenKey(), start, 0).Err())
+			t1, err := a.LockAndGetToken(ctx)
+			require.NoError(t, err)
+			got := make(chan int64, 1)
+			go func() {
+				tok, err := w.LockAndGetToken(ctx)
+				assert.NoError(t, err)
+				got <- tok
+			}()
+			time.Sleep(50 * time.Millisecond) // (the waiter may or may not wait: order is what counts)
+			require.NoError(t, a.Unlock(ctx))
+			t2 := <-got
+			require.NoError(t, w.Unlock(ctx))
+			assert.Equal(t, []int64{start + 1, start + 2}, []int64{t1, t2}, "start %d", start)
+		}
+
+		const end = int64(1) << 53
+		name := redistest.Prefix(t) + "lock"
+		m := newMutex(t, c, name)
+		require.NoError(t, rdb.Set(ctx, m.TokenKey(), end-1, 0).Err())
+		tok, err := m.LockAndGetToken(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, end, tok)
+		start := time.Now()
+		_, err = m.LockAndGetToken(ctx) // a re-entry INCRs: past 2^53
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "2^53")
+		assert.Equal(t, "1", rdb.HGet(ctx, name, ownerOf(t, rdb, name)).Val(), "the refused re-entry added no hold")
+		require.NoError(t, m.Unlock(ctx))
+		_, _, err = m.TryLockAndGetToken(ctx, 0, 0)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "2^53")
+		assert.Less(t, time.Since(start), 5*time.Second, "refused at once, not retried")
+		assert.Zero(t, rdb.Exists(ctx, name).Val())
+		assert.Equal(t, "9007199254740992", rdb.Get(ctx, m.TokenKey()).Val())
+	})
+}
+
+// ownerOf is the one hold field of the lock hash name.
+func ownerOf(t *testing.T, rdb *redis.Client, name string) string {
+	t.Helper()
+	f, err := rdb.HKeys(context.Background(), name).Result()
+	require.NoError(t, err)
+	require.Len(t, f, 1)
+	return f[0]
+}

@@ -179,7 +179,8 @@ end
 -- free (a first grace that ran out is renewed by finish instead; a caller
 -- with its grace off renews nothing and prunes it, Redisson's way), or a
 -- head the resource can never grant (res_doomed: a semaphore head asking
--- for more permits than the pool has; its own next call is refused). Nobody
+-- for more permits than the pool has: it is woken, and its own next call is
+-- refused). Nobody
 -- else's deadline moves: a dead waiter's time was spent in real time. At
 -- most one pass per queued waiter. head: the head (q_front); returns the
 -- head afterwards.
@@ -193,7 +194,8 @@ local function prune(caller, now, head, grace)
             graced, left, second = grace_read()
         end
         local deadline = q_head_deadline(head)
-        if res_doomed(head) then
+        local doomed = res_doomed(head)
+        if doomed then
             deadline = nil -- never grantable: dead, as a head without a deadline
         end
         -- With the grace on (grace > 0), the deadline alone never prunes:
@@ -210,6 +212,12 @@ local function prune(caller, now, head, grace)
         end
         q_pop_head()
         res_popped(head)
+        if doomed then
+            -- A live waiter can be doomed (a semaphore's pool shrunk below
+            -- its ask): woken, its next attempt is refused at once instead
+            -- of after its sleep (issue 30 item 8).
+            redis.call(PUBCMD, CHANNEL .. ':' .. head, MESSAGE)
+        end
         head = q_front()
     end
     return head
@@ -278,7 +286,7 @@ local function wake_front(owner, second, grace, other, pttl)
         pttl = pttl or res_blocked(owner)
         if pttl then
             redis.call(PUBCMD, CHANNEL .. ':' .. owner,
-                's:' .. sleep_held(pttl, grace, second) .. ':' .. q_ahead(owner))
+                's:' .. int_str(sleep_held(pttl, grace, second)) .. ':' .. int_str(q_ahead(owner)))
             return pttl
         end
     end
@@ -302,7 +310,9 @@ end
 -- (the head then takes the lock itself, as before): the caller's grace is
 -- off, the head is the caller, joined without a latch (or with one outside
 -- latch_prefix), or its latch exists already (the request was given up:
--- 'void'), or the token key cannot be INCRed. Returns whether it granted.
+-- 'void'), or the token key cannot be INCRed, or its INCR would pass 2^53
+-- (token_incr; the head's own take is then refused, token_check). Returns
+-- whether it granted.
 local function handoff(caller, head, grace, token_key, latch_prefix)
     if not HANDOFF or not head or head == caller or grace <= 0 or not res_free(head) then
         return false
@@ -312,8 +322,8 @@ local function handoff(caller, head, grace, token_key, latch_prefix)
             or redis.call('exists', latch) == 1 then
         return false
     end
-    local token = redis.pcall('incr', token_key)
-    if type(token) ~= 'number' then
+    local token = token_incr(token_key, true)
+    if not token then
         return false
     end
     local ttl = math.min(lease, 2 * grace)
@@ -321,9 +331,9 @@ local function handoff(caller, head, grace, token_key, latch_prefix)
     res_take(head, ttl)
     -- The latch outlives the grant's TTL: a copy of the request that finds
     -- the lock still granted must see the latch, or it would re-enter.
-    redis.call('set', latch, 'granted:' .. token, 'px', math.max(latch_ms, ttl))
+    redis.call('set', latch, 'granted:' .. int_str(token), 'px', math.max(latch_ms, ttl))
     redis.call(PUBCMD, CHANNEL .. ':' .. head,
-        'g:' .. token .. ':' .. ttl .. ':' .. string.sub(latch, #latch_prefix + 2))
+        'g:' .. int_str(token) .. ':' .. int_str(ttl) .. ':' .. string.sub(latch, #latch_prefix + 2))
     return true
 end
 

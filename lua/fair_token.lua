@@ -24,10 +24,14 @@ local FAST_QUEUED
 -- current token, INCRing only when the key holds none (deleted by hand, or
 -- the hold was taken by a version without tokens). token_check runs before
 -- anything is written, so a key that cannot be INCRed fails the script
--- before the take.
+-- before the take: a value that is not an integer, or a token at the end
+-- of the exact range (2^53, latch_common.lua's token_bound) when the
+-- caller is not the holder (lock, owner: the lock hash and the caller; a
+-- caller that passes none, the fair semaphore and the seats, always
+-- takes), or past it.
 local TOKEN -- the token key's value as token_check read it (nil: none)
 
-local function token_check(key)
+local function token_check(key, lock, owner)
     local v = redis.pcall('get', key)
     if type(v) == 'table' and v.err then
         return redis.error_reply('fairlock: fencing token key ' .. key .. ': ' .. v.err)
@@ -38,6 +42,10 @@ local function token_check(key)
     if v and (not digits or #digits > 19 or (#digits == 19 and digits >= '9223372036854775807')
             or (#digits > 1 and string.sub(digits, 1, 1) == '0')) then
         return redis.error_reply('fairlock: fencing token key ' .. key .. ' does not hold an integer INCR can move')
+    end
+    local bound = token_bound(v)
+    if bound == 'over' or (bound == 'end' and not (lock and redis.call('hexists', lock, owner) == 1)) then
+        return token_refusal(key, v)
     end
     TOKEN = tonumber(v)
     return nil

@@ -48,7 +48,7 @@ local replay = latch_check(KEYS[6], ARGV[5], KEYS[1], owner, ARGV[1])
 if replay then
     return replay
 end
-local bad_token = token_check(KEYS[5])
+local bad_token = token_check(KEYS[5], KEYS[1], owner)
 if bad_token then
     return bad_token
 end

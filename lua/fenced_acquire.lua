@@ -18,13 +18,18 @@
 -- the lock replies {-1, token} with the token that copy got (the latch holds
 -- "held:<token>"), without a second INCR or hold. The INCR runs first: a
 -- token key that does not hold an integer makes the script fail before it
--- writes anything.
+-- writes anything, and so does an INCR past 2^53, where tokens stop being
+-- exact (not in Redisson; token_incr in latch_common.lua INCRs the key
+-- back): an error reply, the key as it was.
 local replay = latch_check(KEYS[3], ARGV[3], KEYS[1], ARGV[2])
 if replay then
     return replay
 end
 if redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-    local token = redis.call('incr', KEYS[2])
+    local token, refused = token_incr(KEYS[2])
+    if not token then
+        return refused
+    end
     redis.call('hincrby', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     latch_grant(KEYS[3], ARGV[3], token)

@@ -29,6 +29,75 @@
 -- A latch lives ttl milliseconds from the copy that wrote it; ttl 0 (an
 -- acquisition sent with no request id) skips the latch.
 
+-- Numbers become strings with int_str, never with Lua's own conversion:
+-- Lua 5.1's .. and tostring write a number with 14 significant digits
+-- (%.14g), so on Redis 123456789012347 .. '' is '1.2345678901235e+14'.
+-- string.format('%d') writes an integer exactly (every integer a Lua
+-- number holds exactly: up to 2^53). A string is returned as it is.
+-- (A number passed to redis.call is written with 17 digits: exact.)
+local function int_str(n)
+    if type(n) == 'number' then
+        return string.format('%d', n)
+    end
+    return n
+end
+
+-- Fencing tokens are exact up to 2^53 = 9007199254740992 (issue 30): a
+-- Lua number is a double, so an INCR reply past 2^53 comes back rounded
+-- (2^53 + 1 reads as 2^53, a token already given out). TOKEN_END is that
+-- bound as the token key holds it. token_bound(v), for the token key's
+-- value v (a string, or nil/false when absent): 'end' when v is 2^53 (read
+-- exactly, but its INCR would not be), 'over' when its magnitude is larger
+-- (not even read exactly), nil otherwise (INCR stays exact; a value that
+-- is not an integer is left to the callers' own checks).
+local TOKEN_END = '9007199254740992'
+
+local function token_bound(v)
+    if type(v) ~= 'string' then
+        return nil
+    end
+    local sign, digits = string.match(v, '^(-?)(%d+)$')
+    if not digits or #digits < 16 or (#digits == 16 and digits < TOKEN_END) then
+        return nil
+    end
+    if digits == TOKEN_END then
+        if sign == '' then
+            return 'end'
+        end
+        return nil
+    end
+    return 'over'
+end
+
+local function token_refusal(key, v)
+    return redis.error_reply('fairlock: fencing token key ' .. key .. ' holds ' .. v ..
+        ': tokens are exact up to 2^53 (' .. TOKEN_END .. '), a new token would pass it')
+end
+
+-- token_incr INCRs the token key and returns the new token, or nil with
+-- the key as it was (INCRed back) when the new token is past 2^53 (only
+-- then is the key read: one command in the common case). protected: an
+-- INCR error returns nil (an error reply, as it is, second) instead of
+-- raising.
+local function token_incr(key, protected)
+    local token
+    if protected then
+        token = redis.pcall('incr', key)
+        if type(token) ~= 'number' then
+            return nil, token
+        end
+    else
+        token = redis.call('incr', key)
+    end
+    if math.abs(token) >= 2^53 then
+        if token_bound(redis.call('get', key)) == 'over' then -- ('end': exactly 2^53)
+            redis.call('decr', key)
+            return nil, token_refusal(key, redis.call('get', key))
+        end
+    end
+    return token
+end
+
 -- The token of a latch 'held:<token>', else nil.
 local function latch_token(state)
     if type(state) == 'string' and string.sub(state, 1, 5) == 'held:' then
@@ -57,7 +126,7 @@ local function latch_check(latch, ttl, lock, owner, lease)
             end
             if lease and string.sub(state, 1, 8) == 'granted:' then
                 redis.call('pexpire', lock, lease)
-                redis.call('set', latch, 'held:' .. latch_token(state), 'px', ttl)
+                redis.call('set', latch, 'held:' .. string.sub(state, 9), 'px', ttl)
             end
             return {-1, latch_token(state)}
         end
@@ -71,7 +140,7 @@ end
 local function latch_grant(latch, ttl, token)
     if tonumber(ttl) > 0 then
         if token then
-            redis.call('set', latch, 'held:' .. token, 'px', ttl)
+            redis.call('set', latch, 'held:' .. int_str(token), 'px', ttl)
         else
             redis.call('set', latch, 'held', 'px', ttl)
         end

@@ -329,7 +329,7 @@ local function q_append(owner, deadline, tail, td, note)
                 'p:' .. owner, tail, 'n:' .. owner, '', 'd:' .. owner, deadline - td}
             if ts then
                 -- (a queue written without sequences: this waiter has none either)
-                seq_field(set, 's:' .. owner, (ts + 1) .. note)
+                seq_field(set, 's:' .. owner, int_str(ts + 1) .. note)
                 seq_field(set, 'ts', ts + 1)
             end
             redis.call('hset', sq, unpack(set))
@@ -351,7 +351,7 @@ local HANDOFF = true
 
 local function q_note(lease, slot, latch_ms, latch)
     if tonumber(latch_ms) > 0 then
-        return '|' .. lease .. '|' .. slot .. '|' .. latch_ms .. '|' .. latch
+        return '|' .. int_str(lease) .. '|' .. int_str(slot) .. '|' .. int_str(latch_ms) .. '|' .. latch
     end
     return nil
 end

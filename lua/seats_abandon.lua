@@ -11,9 +11,10 @@
 -- ARGV[4]  publish command
 --
 -- The latch becomes 'void' ('void:held' when a copy had been granted), so
--- a copy of the request that reaches Redis later does nothing. When a copy
--- had been granted and the owner still holds the seats, they are given
--- back here (and whoever that makes ready is woken). It does not leave the
+-- a copy of the request that reaches Redis later does nothing. When the
+-- owner holds seats (a copy had been granted: an owner id is one
+-- acquisition's, so they are this request's even when the latch saying so
+-- expired), they are given back here (and whoever that makes ready is woken). It does not leave the
 -- queues: seats_leave.lua does. Reply: 1 when a copy had been granted, 0
 -- otherwise. An error reply (nothing written) on a key of the wrong type.
 local owner, latch_ttl, grace = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -31,8 +32,11 @@ end
 if was == 'void' then
     return 0
 end
-local granted = latch_token(was) ~= nil
-local give = granted and seats_holds(owner)
+-- An owner id is one acquisition's: what it holds is this request's grant,
+-- latched or not (a latch that expired while Redis was away is no reason
+-- to keep the seats; issue 30 item 2).
+local give = seats_holds(owner)
+local granted = latch_token(was) ~= nil or give
 redis.call('set', KEYS[9], granted and 'void:held' or 'void', 'px', math.max(1, latch_ttl))
 seats_reclaim()
 if give then

@@ -23,21 +23,34 @@
 -- ARGV[5]  publish command: "publish" or "spublish"
 -- ARGV[6]  1: join or stay in the queues when not granted; 0: one try that
 --          never queues
+-- ARGV[7]  optional, "1": reply the caller's queue position when it is
+--          queued and not granted (see the replies)
 --
 -- Replies:
 --   {1, token}  granted: the owner holds every seat until now + lease;
 --               token INCRed from the venue's counter. A later copy of the
---               request (same latch) while the grant lasts: the same reply.
+--               request (same latch) while the grant lasts: the same reply;
+--               one that finds no latch (expired) while the owner holds
+--               these seats: {1, a new token}, latched (an owner id is one
+--               acquisition's: the hold is this request's).
 --   {0, sleep}  not granted (queued in every queue when ARGV[6] is 1): how
 --               long the caller may sleep, ms (>= 1; a wake-up may come
 --               sooner)
+--   {0, sleep, ahead, joined}  the same when ARGV[6] and ARGV[7] are "1":
+--               ahead the requests that must leave (granted and gone, gave
+--               up, pruned) before the caller heads every queue it is in:
+--               the distinct owners ahead of it in any of its seats'
+--               queues (exact; O(the positions walked), at most 64 queues
+--               of the caller); joined 1 when this call put the caller at
+--               the tail of its queues.
 --   errors (nothing written): "fairlock: seats: bad arguments", "... owner
---   already holds seats", "... owner is queued for other seats", "... seat
+--   already holds seats" (other seats), "... owner is queued for other seats", "... seat
 --   <s> is also the name of a held lock", the latch's "acquisition request
 --   abandoned" / "already granted and its hold is over", a key of the
 --   wrong type, a token key that is not an integer.
 local lease, owner, latch_ttl, grace = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local queue = ARGV[6] == '1'
+local want_position = queue and ARGV[7] == '1'
 local seats = {}
 for i = 10, #KEYS do
     seats[#seats + 1] = KEYS[i]
@@ -82,15 +95,32 @@ if latch_ttl > 0 then
         return redis.error_reply('fairlock: acquisition request already granted and its hold is over')
     end
 end
+if seats_holds(owner) then
+    -- An owner id is one acquisition's (package multi makes a fresh one for
+    -- each), so a live hold of these very seats is this request's own, met
+    -- by a copy that found no latch (it expired: Redis was away longer than
+    -- it lives). Replied as the grant with a new token (the first is not
+    -- known any more; a new one is larger than every token before it) and
+    -- latched again: refusing it left the seats held by nobody until their
+    -- lease ended (issue 30 item 2).
+    local mine = rec(owner)
+    local same = mine and #mine == #seats
+    for _, s in ipairs(mine or {}) do
+        same = same and named[s] == true
+    end
+    if not same then
+        return redis.error_reply('fairlock: seats: owner already holds seats')
+    end
+    local again = fair_token(KEYS[7], true)
+    latch_grant(KEYS[9], latch_ttl, again)
+    return {1, again}
+end
 if redis.call('exists', unpack(seats)) > 0 then -- one EXISTS; which one only on the error path
     for _, s in ipairs(seats) do
         if redis.call('exists', s) == 1 then
             return redis.error_reply('fairlock: seats: seat ' .. s .. ' is also the name of a held lock; a name is a seat or a lock, not both')
         end
     end
-end
-if seats_holds(owner) then
-    return redis.error_reply('fairlock: seats: owner already holds seats')
 end
 local mine = rec(owner)
 if mine and not holds_has(owner) then
@@ -132,8 +162,13 @@ bad = seats_grace_guard()
 if bad then
     return bad
 end
+local joined = 0
 if queue and not queued then
     join_all(owner, seats)
+    joined = 1
 end
 finish_all()
+if want_position then
+    return {0, seats_reply(owner, seats), seats_ahead(owner, seats), joined}
+end
 return {0, seats_reply(owner, seats)}

@@ -430,6 +430,30 @@ local function seats_reply(o, seats)
     return math.max(1, best or 1)
 end
 
+-- seats_ahead: how many distinct owners are ahead of o in the queues of
+-- its seats (read-only; -1 when o is in none of them). Each queue is
+-- walked from o towards its head through the "p|" links.
+local function seats_ahead(o, seats)
+    local seen, n, found = {}, 0, false
+    for _, s in ipairs(seats) do
+        local p = redis.call('hget', S_QUEUE, 'p|' .. o .. '|' .. s)
+        if p then
+            found = true
+        end
+        while p and p ~= '' do
+            if not seen[p] then
+                seen[p] = true
+                n = n + 1
+            end
+            p = redis.call('hget', S_QUEUE, 'p|' .. p .. '|' .. s)
+        end
+    end
+    if not found then
+        return -1
+    end
+    return n
+end
+
 local function seats_wrong(key, err)
     return redis.error_reply('fairlock: seats key ' .. key .. ' holds the wrong type: ' .. tostring(err))
 end

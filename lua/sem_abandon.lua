@@ -15,8 +15,9 @@
 -- later does nothing; every id of the request still in the timeouts set
 -- (a copy took them, expired or not) goes back to the pool, whose new count
 -- is published when positive. Reply: how many permits came back. A repeat
--- changes nothing and replies 0.
-redis.call('set', KEYS[4], 'void', 'px', ARGV[1])
+-- changes nothing and replies 0. The latch lives no longer than the pool
+-- (sem_latch_ttl).
+redis.call('set', KEYS[4], 'void', 'px', sem_latch_ttl(KEYS[1], ARGV[1]))
 local removed = 0
 for i = 3, #ARGV do
     removed = removed + redis.call('zrem', KEYS[2], ARGV[i])

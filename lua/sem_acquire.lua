@@ -26,9 +26,18 @@
 -- the timeouts set with its expiry; the set takes the pool's TTL when the
 -- pool has one.
 --
--- Reply (not Redisson's, whose caller is its own Java code): {1, token}
--- when the request holds its permits; {0, ms} otherwise: the time until the
--- earliest permit expires (at least 1), or -1 when no permit can expire.
+-- Reply (not Redisson's, whose caller is its own Java code): {1, token,
+-- kept} when the request holds its permits, kept being how long Redis
+-- keeps them regardless of their lease (the timeouts set's TTL in ms, -1:
+-- none); {0, ms} otherwise: the time until the earliest permit expires (at
+-- least 1), or -1 when no permit can expire.
+--
+-- Keys of ours follow the pool's lifetime (sem_follow, sem_latch_ttl in
+-- sem_common.lua): the token counter takes the pool's TTL (or loses its own
+-- when the pool has none), and the latch lives no longer than the pool, so
+-- nothing of the semaphore is left once Redisson's expire() ran out.
+-- A pool that is not a whole number within 2^53 (sem_exact_count) is an
+-- error reply, nothing written (it used to INCR the token, then fail).
 --
 -- Copies of one request (a resend by go-redis, a copy delayed by a stalled
 -- server) count once. The latch (not in Redisson): 'held:<token>' after a
@@ -41,6 +50,10 @@
 -- every token given before); some held, it takes nothing and replies
 -- {0, ms until the earliest of them expires} (not in Redisson, where a copy
 -- takes n more permits and re-adds ids already there: permits lost).
+local pool = redis.call('get', KEYS[1])
+if pool ~= false and sem_exact_count(pool) == nil then
+    return sem_inexact_pool(KEYS[1]) -- before anything is written
+end
 local n = tonumber(ARGV[1])
 local latchTTL = tonumber(ARGV[6 + n])
 local now = sem_now(ARGV[3])
@@ -61,13 +74,15 @@ if latchTTL > 0 then
     end
     if state ~= false then
         if held == n then
-            return {1, tonumber(string.sub(state, 6))}
+            return {1, tonumber(string.sub(state, 6)), sem_kept(KEYS[2])}
         end
         return redis.error_reply('fairlock: acquisition request already granted and its hold is over')
     end
 end
 if held == n then
-    return {1, redis.call('incr', KEYS[5])}
+    local token = redis.call('incr', KEYS[5])
+    sem_follow(KEYS[1], KEYS[5])
+    return {1, token, sem_kept(KEYS[2])}
 end
 if held > 0 then
     return {0, math.max(soonest - now, 1)}
@@ -95,10 +110,11 @@ if value ~= false and tonumber(value) >= n then
     if ttl > 0 then
         redis.call('pexpire', KEYS[2], ttl)
     end
+    sem_follow(KEYS[1], KEYS[5])
     if latchTTL > 0 then
-        redis.call('set', KEYS[4], 'held:' .. token, 'px', latchTTL)
+        redis.call('set', KEYS[4], 'held:' .. token, 'px', sem_latch_ttl(KEYS[1], latchTTL))
     end
-    return {1, token}
+    return {1, token, sem_kept(KEYS[2])}
 end
 local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
 if first[1] ~= nil and tonumber(first[2]) ~= tonumber(ARGV[4]) then

@@ -102,6 +102,68 @@ local function sem_exact_count(value)
     return n
 end
 
+-- The count argument arg read as a Lua number, or nil when it is not a
+-- whole number within 2^53 either way (package semaphore's MaxPermits; not
+-- in Redisson, whose counts are Java ints).
+local function sem_count_arg(arg)
+    return sem_exact_count(arg)
+end
+
+-- n (a whole Lua number within 2^53) as Redis takes an integer: plain
+-- digits, never an exponent form such as "1.152921504606847e+18" (how a
+-- Lua number can reach Redis through redis.call).
+local function sem_int(n)
+    return string.format('%d', n)
+end
+
+-- The error reply for a count argument sem_count_arg refuses, or for a
+-- pool a call would move beyond 2^53.
+local function sem_out_of_range(what, v)
+    return redis.error_reply('fairlock: semaphore ' .. what .. ' ' .. tostring(v) .. ' is not a whole number within 2^53')
+end
+
+-- The lifetime of a key of ours beside the semaphore (the token counter, a
+-- latch) follows the pool's (not in Redisson, which has no such keys):
+-- Redisson's expire() gives the pool and the timeouts set a TTL, and once
+-- they are gone nothing of the semaphore may be left (Redisson's
+-- testExpiration). sem_follow gives key the pool's TTL when the pool has
+-- one (never shortening a longer TTL of key), and takes it away when the
+-- pool has none (the token must live as long as the semaphore: a counter
+-- that restarted would hand out tokens older than ones already given).
+local function sem_follow(pool, key)
+    local ttl = redis.call('pttl', pool)
+    if ttl > 0 then
+        local own = redis.call('pttl', key)
+        if own < ttl then -- -1 (no TTL) included: it goes with the pool
+            redis.call('pexpire', key, ttl)
+        end
+    elseif ttl == -1 then
+        redis.call('persist', key)
+    end
+end
+
+-- A latch's lifetime: ms, cut to the pool's remaining TTL when it has one
+-- (the latch has no use once the semaphore's keys are gone).
+local function sem_latch_ttl(pool, ms)
+    local ttl = redis.call('pttl', pool)
+    if ttl > 0 and ttl < tonumber(ms) then
+        return ttl
+    end
+    return ms
+end
+
+-- How long Redis keeps the permits of a grant (the reply's third element):
+-- the timeouts set's TTL in ms, or -1 when it has none (the permits then
+-- last their lease). The record inherits the pool's TTL (Redisson's rule):
+-- a holder's validity must not outlast it.
+local function sem_kept(timeouts)
+    local ttl = redis.call('pttl', timeouts)
+    if ttl > 0 then
+        return ttl
+    end
+    return -1
+end
+
 -- The error reply for a pool sem_exact_count refuses.
 local function sem_inexact_pool(pool)
     return redis.error_reply('fairlock: semaphore pool ' .. pool .. ' does not hold a whole number within 2^53')

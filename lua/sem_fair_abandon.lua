@@ -13,9 +13,10 @@
 --
 -- The latch becomes 'void' ('void:held' when a copy had been granted), so a
 -- copy of the request that reaches Redis later does nothing (it is
--- answered "acquisition request abandoned"). When a copy had been granted
--- and the owner still holds those permits, they are given back here (and
--- the front of the queue woken). It does not leave the queue: a copy that
+-- answered "acquisition request abandoned"). When the owner holds permits
+-- (a copy had been granted: an owner id is one acquisition's, so its
+-- permits are this request's even when the latch saying so expired), they
+-- are given back here (and the front of the queue woken). It does not leave the queue: a copy that
 -- queued the owner is undone by sem_fair_leave.lua.
 -- Reply: 1 when a copy had been granted (its permits are given back, by
 -- this call or by an earlier call of it), 0 otherwise. An error reply
@@ -35,8 +36,11 @@ end
 if was == 'void' then
     return 0
 end
-local granted = latch_token(was) ~= nil
-local give = granted and sem_holds(owner)
+-- An owner id is one acquisition's: what it holds is this request's grant,
+-- latched or not (a latch that expired while Redis was away is no reason
+-- to keep the permits; issue 30 item 2).
+local give = sem_holds(owner)
+local granted = latch_token(was) ~= nil or give
 redis.call('set', KEYS[9], granted and 'void:held' or 'void', 'px', math.max(1, tonumber(ARGV[2])))
 fair_init(KEYS[1], nil, nil, KEYS[4], KEYS[8], KEYS[6], ARGV[4], '0', false)
 sem_reclaim()

@@ -28,7 +28,10 @@
 --   {1, token}   granted: the owner holds n permits until now + lease;
 --                token is the semaphore's fencing token, INCRed by every
 --                grant. A later copy of the same request (same latch key)
---                while the grant lasts replies the same {1, token}.
+--                while the grant lasts replies the same {1, token}; one
+--                that finds no latch (expired) while the owner holds n
+--                permits replies {1, a new token} and latches it (an owner
+--                id is one acquisition's: the grant is this request's).
 --   {0, sleep}   not granted (queued when ARGV[8] is 1): how long the
 --                caller may sleep before trying again, in ms (a wake-up on
 --                its channel may come sooner; -1: no lease will end, wait
@@ -42,7 +45,7 @@
 --   errors (nothing written):
 --     "fairlock: semaphore permits not set"
 --     "fairlock: semaphore asked for <n> permits, the pool has <p>"
---     "fairlock: semaphore owner already holds permits"
+--     "fairlock: semaphore owner already holds permits" (another count)
 --     "fairlock: acquisition request abandoned" (latch_common.lua)
 --     "fairlock: acquisition request already granted and its hold is over"
 --     "fairlock: semaphore key ... holds the wrong type: ..." (the
@@ -77,14 +80,26 @@ if tonumber(ARGV[5]) > 0 then
         return redis.error_reply('fairlock: acquisition request already granted and its hold is over')
     end
 end
+if sem_holds(owner) then
+    -- An owner id is one acquisition's (package semaphore makes a fresh
+    -- one for each), so a live grant of the same n is this request's own,
+    -- met by a copy that found no latch (it expired: Redis was away longer
+    -- than it lives). Replied as the grant with a new token (the first is
+    -- not known any more; a new one is larger than every token before it)
+    -- and latched again, as sem_acquire.lua does: refusing it left the
+    -- permits held by nobody until their lease ended (issue 30 item 2).
+    if tonumber(HOLD[owner]) ~= n then
+        return redis.error_reply('fairlock: semaphore owner already holds permits')
+    end
+    local again = fair_token(KEYS[7], true)
+    latch_grant(KEYS[9], ARGV[5], again)
+    return {1, again}
+end
 if POOL == nil then
     return redis.error_reply('fairlock: semaphore permits not set')
 end
 if n > POOL then
     return redis.error_reply('fairlock: semaphore asked for ' .. n .. ' permits, the pool has ' .. POOL)
-end
-if sem_holds(owner) then
-    return redis.error_reply('fairlock: semaphore owner already holds permits')
 end
 local queued
 queued, bad = sem_guard(owner)

@@ -3,7 +3,7 @@
 -- queue_scalable.lua, res_sem.lua and fair_common.lua.
 --
 -- KEYS[1..8]  as sem_fair_acquire.lua
--- ARGV[1]  delta: an integer
+-- ARGV[1]  delta: an integer, |delta| <= 2^53; the new pool must be too
 -- ARGV[2]  head grace in milliseconds (<= 0: off)
 -- ARGV[3]  publish command: "publish" or "spublish"
 --
@@ -12,7 +12,7 @@
 -- permits not set" (set the pool first), "fairlock: semaphore pool would
 -- be negative", a bad argument, a key of the wrong type.
 local delta, grace = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not delta or delta ~= math.floor(delta) or not grace then
+if not delta or delta ~= math.floor(delta) or math.abs(delta) > 9007199254740992 or not grace then
     return redis.error_reply('fairlock: semaphore: bad arguments')
 end
 local bad = sem_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], true)
@@ -26,7 +26,10 @@ local old, pool = POOL, POOL + delta
 if pool < 0 then
     return redis.error_reply('fairlock: semaphore pool would be negative')
 end
-redis.call('set', KEYS[3], pool)
+if delta > 0 and old > 9007199254740992 - delta then -- (pool itself may have rounded)
+    return redis.error_reply('fairlock: semaphore: bad arguments (the pool would be beyond 2^53)')
+end
+redis.call('set', KEYS[3], string.format('%d', pool)) -- plain digits, never an exponent form
 POOL = pool
 fair_init(KEYS[1], nil, nil, KEYS[4], KEYS[8], KEYS[6], ARGV[3], '0', false)
 sem_reclaim()

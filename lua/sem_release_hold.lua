@@ -16,6 +16,7 @@
 -- when every id was held (present, not expired), else 0 (the hold was
 -- lost; what was left of it came back all the same). A retried call with
 -- the same latch key returns the first call's reply without running again.
+-- The latch lives no longer than the pool (sem_latch_ttl).
 local latched = redis.call('get', KEYS[4])
 if latched == '0' or latched == '1' then
     return tonumber(latched)
@@ -44,5 +45,5 @@ local reply = 0
 if held == #ARGV - 3 then
     reply = 1
 end
-redis.call('set', KEYS[4], reply, 'px', ARGV[3])
+redis.call('set', KEYS[4], reply, 'px', sem_latch_ttl(KEYS[1], ARGV[3]))
 return reply

@@ -10,6 +10,10 @@
 -- after now on the server's clock) -> each expires at now + lease, status 1;
 -- otherwise status 0 and nothing is written (permits of it that are left
 -- come back with their own expiry); a key of another type -> status -1.
+-- Status 0 too when the timeouts set has a TTL shorter than the lease (it
+-- inherited the pool's, Redisson's expire()): Redis keeps the permits no
+-- longer than that, and a renewal must not promise the holder more; the
+-- holder learns its loss now rather than after its keys are gone.
 -- Reply: the statuses, in KEYS order.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -20,7 +24,8 @@ for i, key in ipairs(KEYS) do
         out[i] = -1
     else
         local ids = sem_owner_ids(ARGV[1 + i])
-        if sem_all_held(key, ids, now) then
+        local ttl = redis.call('pttl', key)
+        if sem_all_held(key, ids, now) and (ttl < 0 or ttl >= lease) then
             for _, id in ipairs(ids) do
                 redis.call('zadd', key, now + lease, id)
             end

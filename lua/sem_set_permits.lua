@@ -12,7 +12,11 @@
 -- not); it may go below 0 when more than n are held. n is published unless
 -- the total was n already. Reply: nil. A pool that is not a whole number
 -- within 2^53 is refused with an error reply and left as it is (not in
--- Redisson: see sem_exact_count).
+-- Redisson: see sem_exact_count), and so is an n that is not a whole
+-- number within 2^53 (nothing written).
+if sem_count_arg(ARGV[1]) == nil then
+    return sem_out_of_range('count', ARGV[1])
+end
 local available = redis.call('get', KEYS[1])
 if available == false then
     redis.call('set', KEYS[1], ARGV[1])
@@ -27,6 +31,6 @@ local total = redis.call('zcard', KEYS[3]) + count
 if total == tonumber(ARGV[1]) then
     return nil
 end
-redis.call('incrby', KEYS[1], tonumber(ARGV[1]) - total)
+redis.call('incrby', KEYS[1], sem_int(tonumber(ARGV[1]) - total))
 redis.call(ARGV[2], KEYS[2], ARGV[1])
 return nil

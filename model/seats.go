@@ -310,7 +310,16 @@ func (s *Seats) Acquire(now int64, a SeatsAcquire) (bool, int64, error) {
 		}
 	}
 	if s.Holding(a.Owner, now) {
-		return false, 0, ErrSeatsAlreadyHolds
+		// An owner id is one acquisition's: a live hold of these seats is
+		// this request's, met by a copy whose latch expired.
+		if !sameSet(s.Req[a.Owner], a.Seats) {
+			return false, 0, ErrSeatsAlreadyHolds
+		}
+		s.Token++
+		if a.Request != "" {
+			s.Acquires[a.Request] = SemLatch{State: "held", Token: s.Token, ExpiresAt: now + a.LatchMs}
+		}
+		return true, s.Token, nil
 	}
 	if mine, ok := s.Req[a.Owner]; ok && s.Queued(a.Owner) && !sameSet(mine, a.Seats) {
 		return false, 0, ErrSeatsOtherSeats
@@ -405,8 +414,8 @@ func (s *Seats) Abandon(now int64, owner, request string, latchMs, grace int64) 
 	if ok && l.State == "void" {
 		return false
 	}
-	granted := ok && l.State == "held"
-	give := granted && s.Holding(owner, now)
+	give := s.Holding(owner, now) // an owner id is one acquisition's: its grant, latched or not
+	granted := ok && l.State == "held" || give
 	state := "void"
 	if granted {
 		state = "void:held"

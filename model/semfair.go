@@ -204,11 +204,15 @@ func (op *semOp) prune(caller string, grace int64) {
 		head := s.Queue[0]
 		graceRanOut := op.fits(head) && s.GraceOwner == head && s.GraceEnd <= op.now && (s.GraceSecond || grace <= 0)
 		deadline, hasDeadline := s.Deadlines[head]
-		dead := op.doomed(head) || !hasDeadline || (grace <= 0 && deadline <= op.now) || graceRanOut
+		doomed := op.doomed(head)
+		dead := doomed || !hasDeadline || (grace <= 0 && deadline <= op.now) || graceRanOut
 		if !dead {
 			return
 		}
 		op.remove(head, 0)
+		if doomed {
+			s.Woken = append(s.Woken, head) // its next attempt is refused at once
+		}
 	}
 }
 
@@ -323,13 +327,23 @@ func (s *SemFair) Acquire(now int64, a SemAcquire) (granted bool, value int64, e
 			}
 		}
 	}
+	if s.live(a.Owner, now) {
+		// An owner id is one acquisition's: a live grant of the same count
+		// is this request's, met by a copy whose latch expired.
+		if s.Holders[a.Owner] != a.N {
+			return false, 0, ErrSemAlreadyHolds
+		}
+		s.Token++
+		if a.LatchMs > 0 {
+			s.Acquires[a.Request] = SemLatch{State: "held", Token: s.Token, ExpiresAt: now + a.LatchMs}
+		}
+		return true, s.Token, nil
+	}
 	switch {
 	case !s.PoolSet:
 		return false, 0, ErrSemNotSet
 	case a.N > s.Pool:
 		return false, 0, ErrSemTooMany
-	case s.live(a.Owner, now):
-		return false, 0, ErrSemAlreadyHolds
 	}
 	op := s.begin(now)
 	op.caller, op.ask = a.Owner, a.N
@@ -426,8 +440,8 @@ func (s *SemFair) Abandon(now int64, owner, request string, latchMs, grace int64
 	if ok && l.State == "void" {
 		return false
 	}
-	granted := ok && l.State == "held"
-	give := granted && s.live(owner, now)
+	give := s.live(owner, now) // an owner id is one acquisition's: its grant, latched or not
+	granted := ok && l.State == "held" || give
 	state := "void"
 	if granted {
 		state = "void:held"

@@ -56,10 +56,18 @@ type MemberError struct {
 }
 
 func (e *MemberError) Error() string {
+	if e == nil {
+		return "multi: <nil MemberError>"
+	}
 	return fmt.Sprintf("multi: member %d (%q, owner %s): %v", e.Index, e.Name, e.Owner, e.Err)
 }
 
-func (e *MemberError) Unwrap() error { return e.Err }
+func (e *MemberError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // member is one validated member.
 type member struct {
@@ -180,6 +188,54 @@ func (mb *member) take(ctx context.Context, md mode, wait, lease time.Duration) 
 		}
 		return tok, err == nil, err
 	}
+}
+
+// attemptBound is how long past its wait a timed call of this package
+// (MultiLock.TryLockFor and TryLock, Seats.TryAcquire) waits for a member
+// that does not answer (a stalled or unreachable Redis), and how long a
+// timed call's give-back of what it took may take before it goes on in the
+// background (the member's handle retries it). TryLock, which has no wait,
+// gives each member one attemptBound.
+const attemptBound = time.Second
+
+// ErrNoAnswer reports a member (or a venue) that did not answer within a
+// call's bound, Redis stalled or unreachable: a timed acquisition
+// (MultiLock.TryLockFor and TryLock, Seats.TryAcquire) past its wait plus
+// one attempt bound (one second), or a RedLock release past its attempt
+// timeout. What the call took is given back; what could not be given back
+// yet, the member's handle gives back in the background.
+var ErrNoAnswer = errors.New("multi: no answer in time (Redis stalled or unreachable)")
+
+// errBound is the cause of a timed call's own deadline.
+var errBound = errors.New("multi: the call's bound passed")
+
+// bound is ctx for one member's step of an acquisition in mode md: until
+// callEnd for a timed wait, attemptBound for one attempt, ctx itself for
+// Lock. Its cause is errBound when the bound ends it.
+func bound(ctx context.Context, md mode, callEnd time.Time) (context.Context, context.CancelFunc) {
+	switch md {
+	case bounded:
+		return context.WithDeadlineCause(ctx, callEnd, errBound)
+	case once:
+		return context.WithTimeoutCause(ctx, attemptBound, errBound)
+	}
+	return ctx, func() {}
+}
+
+// noAnswer is the error of a member cut by its call's bound; err (the
+// member's error, which matches ErrCanceled although the caller's ctx did
+// not end) is kept as text only.
+func noAnswer(err error) error {
+	return fmt.Errorf("%w (%v)", ErrNoAnswer, err)
+}
+
+// giveBackCtx is the context of an acquisition's give-back of what it took:
+// attemptBound for a timed call whose ctx is live, else cleanupCtx(ctx).
+func giveBackCtx(ctx context.Context, md mode) (context.Context, context.CancelFunc) {
+	if md != forever && ctx.Err() == nil {
+		return context.WithTimeout(context.WithoutCancel(ctx), attemptBound)
+	}
+	return cleanupCtx(ctx), func() {}
 }
 
 // cleanupCtx is a context that has already ended, carrying ctx's values: a

@@ -33,6 +33,11 @@ import (
 // re-enters (Lock on a held MultiLock re-enters every member; as many
 // Unlocks release it). Goroutines that must exclude each other need their
 // own MultiLocks over their own handles.
+//
+// Make one with New. On a zero or nil MultiLock every call that talks to
+// Redis (Lock, LockWithLease, TryLock, TryLockFor, Unlock, IsHeld) returns
+// an error matching fairlock.ErrInvalidValue at once; Done is closed, Err
+// nil, ValidUntil zero, Tokens and Members empty.
 type MultiLock struct {
 	byIdx   []*member // the caller's order
 	members []*member // canonical order
@@ -40,7 +45,6 @@ type MultiLock struct {
 	mu   sync.Mutex
 	h    *multiHold // current hold (nil: none)
 	last *multiHold // the hold that ended last (Err after it)
-	left []*member  // members whose release failed: retried by the next Unlock or acquisition
 
 	// Test hooks: deliberately broken variants that the tests show caught.
 	callerOrder bool // take members in the caller's order (no canonical order)
@@ -104,11 +108,30 @@ func halfBase(writeOwner string) string { return writeOwner[:len(writeOwner)-len
 
 // Members returns the members in the order they are taken.
 func (l *MultiLock) Members() []Member {
+	if l.zero() {
+		return nil
+	}
 	out := make([]Member, len(l.members))
 	for i, mb := range l.order() {
 		out[i] = mb.m
 	}
 	return out
+}
+
+var errZeroMulti = fmt.Errorf("%w: zero multi.MultiLock (use New)", fairlock.ErrInvalidValue)
+
+// zero reports a nil MultiLock or one not made by New.
+func (l *MultiLock) zero() bool { return l == nil || len(l.members) == 0 }
+
+// check refuses a zero MultiLock and a nil ctx.
+func (l *MultiLock) check(ctx context.Context) error {
+	if l.zero() {
+		return errZeroMulti
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	}
+	return nil
 }
 
 func (l *MultiLock) order() []*member {
@@ -139,6 +162,9 @@ func (l *MultiLock) Lock(ctx context.Context) error {
 // every member), as in TryLockFor; a negative lease is refused with
 // fairlock.ErrInvalidValue, and so is one under 10 ms, by the members.
 func (l *MultiLock) LockWithLease(ctx context.Context, lease time.Duration) error {
+	if err := l.check(ctx); err != nil {
+		return err
+	}
 	if lease < 0 {
 		return fmt.Errorf("%w: multi: LockWithLease: lease %v is negative (0 lets the watchdog keep every member)", fairlock.ErrInvalidValue, lease)
 	}
@@ -148,7 +174,12 @@ func (l *MultiLock) LockWithLease(ctx context.Context, lease time.Duration) erro
 
 // TryLock makes one attempt on each member in the canonical order (each
 // member's TryLock: a fair member never queues) and stops at the first that
-// is not free, giving back what it took: false with a nil error.
+// is not free, giving back what it took: false with a nil error. Each
+// member's attempt is bounded by one attempt bound (one second): a member
+// that does not answer by then (Redis stalled or unreachable) ends the call
+// with an error matching ErrNoAnswer, and the give-back of what was taken
+// is bounded the same way (a release not confirmed then goes on in the
+// member's handle, in the background).
 func (l *MultiLock) TryLock(ctx context.Context) (bool, error) {
 	return l.acquire(ctx, once, 0, 0)
 }
@@ -162,7 +193,20 @@ func (l *MultiLock) TryLock(ctx context.Context) (bool, error) {
 // lasts. A wait of 0 makes one attempt on each member (with lease 0, each
 // member's TryLock; otherwise TryLockFor(0, lease)). A lease of 0 lets the
 // watchdog keep every member; a positive one is each member's lease.
+//
+// The call returns within wait plus one attempt bound (one second), plus
+// one more for the give-back of what it took: a member that has not
+// answered by then (Redis stalled or unreachable, or its handle still
+// giving back an earlier acquisition) ends the call with an error matching
+// ErrNoAnswer, not a false that would hide the outage. A give-back not
+// confirmed in its bound goes on in the member's handle, in the background
+// (a member whose server stalls between granting and the give-back adds
+// its client's cleanup timeout: its Unlock, cut mid-call, finishes on a
+// fresh context).
 func (l *MultiLock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, err
+	}
 	if wait < 0 || lease < 0 {
 		return false, fmt.Errorf("%w: wait %v, lease %v", fairlock.ErrInvalidValue, wait, lease)
 	}
@@ -177,10 +221,7 @@ var errHeldLost = errors.New("multi: a member already taken was lost")
 
 // acquire is every acquisition: members in order, as md says.
 func (l *MultiLock) acquire(ctx context.Context, md mode, wait, lease time.Duration) (bool, error) {
-	if ctx == nil {
-		return false, fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
-	}
-	if err := l.giveBackLeft(ctx); err != nil {
+	if err := l.check(ctx); err != nil {
 		return false, err
 	}
 	l.mu.Lock()
@@ -189,9 +230,10 @@ func (l *MultiLock) acquire(ctx context.Context, md mode, wait, lease time.Durat
 		return false, fmt.Errorf("%w: multi: the current hold was lost (%v); Unlock it before acquiring again", fairlock.ErrLost, h.err)
 	}
 	l.mu.Unlock()
-	var deadline time.Time
+	var deadline, callEnd time.Time
 	if md == bounded {
 		deadline = time.Now().Add(wait)
+		callEnd = deadline.Add(attemptBound)
 	}
 	order := l.order()
 	for {
@@ -207,7 +249,10 @@ func (l *MultiLock) acquire(ctx context.Context, md mode, wait, lease time.Durat
 					break // the wait ran out: not acquired
 				}
 			}
-			tok, ok, lost, err := l.step(ctx, mb, md, w, lease, dones)
+			bctx, cancel := bound(ctx, md, callEnd)
+			tok, ok, lost, err := l.step(bctx, mb, md, w, lease, dones)
+			cut := ctx.Err() == nil && errors.Is(context.Cause(bctx), errBound)
+			cancel()
 			if ok {
 				held = append(held, mb)
 				dones = append(dones, mb.m.Done())
@@ -218,6 +263,8 @@ func (l *MultiLock) acquire(ctx context.Context, md mode, wait, lease time.Durat
 					failErr = canceled(ctx, mb.errf(err))
 				} else if lost {
 					restart = true
+				} else if cut {
+					failErr = mb.errf(noAnswer(err))
 				} else {
 					failErr = mb.errf(err)
 				}
@@ -239,13 +286,14 @@ func (l *MultiLock) acquire(ctx context.Context, md mode, wait, lease time.Durat
 			restart = true
 		}
 		// Not acquired: give back what was taken, on a fresh bounded
-		// context whatever ctx's state.
-		if !l.noRollback {
-			for _, err := range releaseAll(cleanupCtx(ctx), held, true) {
-				if err != nil {
-					l.keepLeft(held, err)
-				}
-			}
+		// context whatever ctx's state (a timed call's give-back by
+		// attemptBound). A release not confirmed is retried by the
+		// member's own handle (as its Unlock says), which its next
+		// acquisition waits for.
+		if !l.noRollback && len(held) > 0 {
+			gctx, cancel := giveBackCtx(ctx, md)
+			releaseAll(gctx, held, true)
+			cancel()
 		}
 		if failErr != nil {
 			return false, failErr
@@ -358,25 +406,22 @@ func (l *MultiLock) memberEnded(h *multiHold, mb *member) {
 // Unlock releases one hold of every member (Redisson's unlock: every member,
 // not stopping at the first error). It returns the members' errors joined
 // (each a *MemberError; fairlock.ErrNotHeld for a member this owner no
-// longer holds), and nil when every member was released. The MultiLock's
-// hold ends with the last Unlock whatever the errors: a member whose release
-// failed for another reason than ErrNotHeld (Redis unreachable) is released
-// again by the next Unlock or acquisition of this MultiLock. As each
-// member's Unlock, it runs to completion on a fresh context bounded by the
-// member's cleanup timeout when ctx ends.
+// longer holds), and nil when every member was released. Each member's
+// Unlock releases one count of that member, once: a release Redis did not
+// confirm (unreachable) is retried by the member's own handle in the
+// background, as its Unlock says, and never sent again by the MultiLock (a
+// second release of one count would free a member a re-entered MultiLock
+// still holds). The MultiLock's hold ends with the last Unlock whatever the
+// errors. As each member's Unlock, it runs to completion on a fresh context
+// bounded by the member's cleanup timeout when ctx ends.
 func (l *MultiLock) Unlock(ctx context.Context) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	if err := l.check(ctx); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	h := l.h
 	if h == nil {
-		left := l.left
-		l.left = nil
 		l.mu.Unlock()
-		if len(left) > 0 {
-			return l.release(ctx, left)
-		}
 		return fmt.Errorf("%w: multi: this MultiLock holds nothing", fairlock.ErrNotHeld)
 	}
 	last := h.count == 1
@@ -384,7 +429,7 @@ func (l *MultiLock) Unlock(ctx context.Context) error {
 		h.releasing = true
 	}
 	l.mu.Unlock()
-	err := l.release(ctx, l.order())
+	err := errors.Join(releaseAll(ctx, l.order(), false)...)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h.count--
@@ -399,56 +444,11 @@ func (l *MultiLock) Unlock(ctx context.Context) error {
 	return err
 }
 
-// release unlocks ms and keeps those whose release failed (other than not
-// held) for a later attempt.
-func (l *MultiLock) release(ctx context.Context, ms []*member) error {
-	errs := releaseAll(ctx, ms, false)
-	var failed []*member
-	for i, err := range errs {
-		if err != nil && !errors.Is(err, fairlock.ErrNotHeld) {
-			failed = append(failed, ms[i])
-		}
-	}
-	if len(failed) > 0 {
-		l.mu.Lock()
-		l.left = append(l.left, failed...)
-		l.mu.Unlock()
-	}
-	return errors.Join(errs...)
-}
-
-// keepLeft keeps the member of held named by err (a *MemberError) for a
-// later release.
-func (l *MultiLock) keepLeft(held []*member, err error) {
-	var me *MemberError
-	if !errors.As(err, &me) {
-		return
-	}
-	for _, mb := range held {
-		if mb.idx == me.Index {
-			l.mu.Lock()
-			l.left = append(l.left, mb)
-			l.mu.Unlock()
-		}
-	}
-}
-
-// giveBackLeft releases the members whose earlier release failed, before a
-// new acquisition (a failure is kept for the next time and does not stop
-// the acquisition, which re-enters such a member if it is still held).
-func (l *MultiLock) giveBackLeft(ctx context.Context) error {
-	l.mu.Lock()
-	left := l.left
-	l.left = nil
-	l.mu.Unlock()
-	if len(left) > 0 {
-		_ = l.release(cleanupCtx(ctx), left)
-	}
-	return nil
-}
-
 // IsHeld reports whether this MultiLock's owners hold every member.
 func (l *MultiLock) IsHeld(ctx context.Context) (bool, error) {
+	if err := l.check(ctx); err != nil {
+		return false, err
+	}
 	for _, mb := range l.order() {
 		ok, err := mb.m.IsHeld(ctx)
 		if err != nil || !ok {
@@ -465,6 +465,9 @@ func (l *MultiLock) IsHeld(ctx context.Context) (bool, error) {
 // nothing is held the channel is already closed. After a loss the other
 // members are still held: call Unlock to release them.
 func (l *MultiLock) Done() <-chan struct{} {
+	if l.zero() {
+		return closedChan
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.h != nil {
@@ -477,6 +480,9 @@ func (l *MultiLock) Done() <-chan struct{} {
 // loss of a member it is a *MemberError naming it and matching
 // fairlock.ErrLost (or fairlock.ErrClosed when its client was closed).
 func (l *MultiLock) Err() error {
+	if l.zero() {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -492,6 +498,9 @@ func (l *MultiLock) Err() error {
 // until which every member is known to be held (see fairlock.Handle's
 // ValidUntil). Zero when nothing is held or the hold has ended.
 func (l *MultiLock) ValidUntil() time.Time {
+	if l.zero() {
+		return time.Time{}
+	}
 	l.mu.Lock()
 	h := l.h
 	l.mu.Unlock()
@@ -510,6 +519,9 @@ func (l *MultiLock) ValidUntil() time.Time {
 // member in the order given to New: the member's token for a fenced or fair
 // lock, 0 for a member without tokens. Nil when nothing is held.
 func (l *MultiLock) Tokens() []int64 {
+	if l.zero() {
+		return nil
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.h == nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/internal/core"
 )
 
 // RedLock is one lock over N independent Redis deployments (Redlock, as
@@ -27,6 +28,11 @@ import (
 // SIGSTOP) past its validity, or a clock that jumps, can let two owners
 // believe they hold it. Use fencing tokens (Tokens) checked by the
 // resource; see docs/design.md, "Package multi".
+//
+// Make one with NewRedLock. On a zero or nil RedLock every call that talks
+// to Redis (Lock, LockWithLease, TryLock, TryLockFor, Unlock) returns an
+// error matching fairlock.ErrInvalidValue at once; Done is closed, Err nil,
+// ValidUntil zero, Quorum 0, Tokens and Granted nil.
 type RedLock struct {
 	members []*member
 	quorum  int
@@ -36,10 +42,10 @@ type RedLock struct {
 
 	busy acquiring
 
-	mu   sync.Mutex
-	h    *redHold
-	last *redHold
-	left []*member // members whose release failed: retried by the next Unlock or acquisition
+	mu      sync.Mutex
+	h       *redHold
+	last    *redHold
+	pending map[*member]chan struct{} // releases of the last Unlock still running: closed when done
 
 	noValidity bool // test hook: a broken variant that ignores the validity rule
 }
@@ -107,8 +113,29 @@ func NewRedLock(members []Member, opts ...RedLockOption) (*RedLock, error) {
 	return r, nil
 }
 
-// Quorum is how many members must grant: N/2+1.
-func (r *RedLock) Quorum() int { return r.quorum }
+// Quorum is how many members must grant: N/2+1 (0 on a zero RedLock).
+func (r *RedLock) Quorum() int {
+	if r.zero() {
+		return 0
+	}
+	return r.quorum
+}
+
+var errZeroRedLock = fmt.Errorf("%w: zero multi.RedLock (use NewRedLock)", fairlock.ErrInvalidValue)
+
+// zero reports a nil RedLock or one not made by NewRedLock.
+func (r *RedLock) zero() bool { return r == nil || len(r.members) == 0 || r.busy == nil }
+
+// check refuses a zero RedLock and a nil ctx.
+func (r *RedLock) check(ctx context.Context) error {
+	if r.zero() {
+		return errZeroRedLock
+	}
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	}
+	return nil
+}
 
 // Drift is the clock-drift allowance subtracted from a lease: lease/100 +
 // 2 ms (Redlock's rule; the same as every handle's ValidUntil).
@@ -136,8 +163,11 @@ func (r *RedLock) Lock(ctx context.Context) error {
 // LockWithLease is Lock with an explicit lease: the RedLock is valid for
 // lease − elapsed − drift from its winning round, and no watchdog renews it.
 // A lease of 0 is Lock's (the watchdog lease), as in TryLockFor; a negative
-// lease is refused with fairlock.ErrInvalidValue.
+// lease, or one under 10 ms, is refused at once (fairlock.ErrInvalidValue).
 func (r *RedLock) LockWithLease(ctx context.Context, lease time.Duration) error {
+	if err := r.check(ctx); err != nil {
+		return err
+	}
 	if lease < 0 {
 		return fmt.Errorf("%w: multi: RedLock.LockWithLease: lease %v is negative (0 is the watchdog lease)", fairlock.ErrInvalidValue, lease)
 	}
@@ -150,7 +180,18 @@ func (r *RedLock) TryLock(ctx context.Context) (bool, error) { return r.acquire(
 
 // TryLockFor tries rounds for up to wait (at least one), with lease (0: the
 // watchdog's); false with a nil error when no round won in time.
+//
+// Every acquisition (Lock, LockWithLease, TryLock, TryLockFor) ends at once
+// with an error that no later round could clear: a lease under 10 ms
+// (fairlock.ErrInvalidValue), or a round in which a member reported its
+// Client closed (fairlock.ErrClosed) or refused its arguments
+// (fairlock.ErrInvalidValue, fairlock.ErrInvalidName), joined as
+// *MemberError. A member that does not answer, or refuses because the lock
+// is held, only makes the round lose.
 func (r *RedLock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bool, error) {
+	if err := r.check(ctx); err != nil {
+		return false, err
+	}
 	if wait < 0 || lease < 0 {
 		return false, fmt.Errorf("%w: wait %v, lease %v", fairlock.ErrInvalidValue, wait, lease)
 	}
@@ -160,8 +201,11 @@ func (r *RedLock) TryLockFor(ctx context.Context, wait, lease time.Duration) (bo
 // acquire runs rounds until one wins, wait runs out (wait -1: never) or ctx
 // ends.
 func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool, error) {
-	if ctx == nil {
-		return false, fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	if err := r.check(ctx); err != nil {
+		return false, err
+	}
+	if lease > 0 && lease < core.MinLease {
+		return false, fmt.Errorf("%w: lease %v is under %v", fairlock.ErrInvalidValue, lease, core.MinLease)
 	}
 	if err := r.busy.enter(ctx); err != nil {
 		return false, err
@@ -169,14 +213,9 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 	defer r.busy.leave()
 	r.mu.Lock()
 	held := r.h != nil
-	left := r.left
-	r.left = nil
 	r.mu.Unlock()
 	if held {
 		return false, fmt.Errorf("%w: multi: this RedLock is held (a RedLock is not reentrant)", fairlock.ErrInvalidValue)
-	}
-	if len(left) > 0 {
-		_ = r.release(cleanupCtx(ctx), left)
 	}
 	deadline := time.Now().Add(wait)
 	var lastErr error
@@ -199,6 +238,11 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 		if ctx.Err() != nil {
 			return false, canceled(ctx, lastErr)
 		}
+		if permanent(err) {
+			// A closed Client or a refused argument never clears: no
+			// later round can do better.
+			return false, err
+		}
 		if wait == 0 {
 			return false, nil
 		}
@@ -219,6 +263,12 @@ func (r *RedLock) acquire(ctx context.Context, wait, lease time.Duration) (bool,
 	}
 }
 
+// permanent reports an error of a round that no later round can clear: a
+// member's Client closed, or a member refusing its arguments.
+func permanent(err error) bool {
+	return errors.Is(err, fairlock.ErrClosed) || errors.Is(err, fairlock.ErrInvalidValue) || errors.Is(err, fairlock.ErrInvalidName)
+}
+
 // round sends one attempt to every member at once and waits for every
 // reply (each bounded by timeout). It returns the hold when a majority
 // granted with validity left, and otherwise gives back what was granted
@@ -232,12 +282,34 @@ func (r *RedLock) round(ctx context.Context, timeout, lease time.Duration) (*red
 	res := make([]result, len(r.members))
 	start := time.Now()
 	var wg sync.WaitGroup
+	r.mu.Lock()
+	pending := make([]chan struct{}, len(r.members))
+	for i, mb := range r.members {
+		pending[i] = r.pending[mb]
+	}
+	r.mu.Unlock()
 	for i, mb := range r.members {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			actx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
+			if p := pending[i]; p != nil {
+				// The last Unlock's release of this member is still
+				// running: the member is asked once it is done, within
+				// this attempt's bound.
+				select {
+				case <-p:
+					r.mu.Lock()
+					if r.pending[mb] == p {
+						delete(r.pending, mb)
+					}
+					r.mu.Unlock()
+				case <-actx.Done():
+					res[i] = result{err: fmt.Errorf("%w: multi: the last Unlock's release of this member is still running", ErrNoAnswer)}
+					return
+				}
+			}
 			tok, ok, err := mb.take(actx, once, 0, lease)
 			res[i] = result{tok, ok, err}
 		}()
@@ -263,7 +335,7 @@ func (r *RedLock) round(ctx context.Context, timeout, lease time.Duration) (*red
 	}
 	if len(h.granted) >= r.quorum && (r.noValidity || time.Now().Before(r.validUntil(h))) {
 		if len(extra) > 0 {
-			_ = r.release(cleanupCtx(ctx), extra)
+			_ = r.release(ctx, lease, extra)
 		}
 		h.done, h.stop = make(chan struct{}), make(chan struct{})
 		return h, nil
@@ -272,7 +344,7 @@ func (r *RedLock) round(ctx context.Context, timeout, lease time.Duration) (*red
 	// everything granted. A member that did not answer in time needs
 	// nothing: its handle voids the request it gave up (a late copy of it
 	// does nothing) and gives back a hold it may have left.
-	_ = r.release(cleanupCtx(ctx), append(h.granted, extra...))
+	_ = r.release(ctx, lease, append(h.granted, extra...))
 	return nil, errors.Join(errs...)
 }
 
@@ -352,29 +424,25 @@ func (r *RedLock) lose(h *redHold, err error) {
 // Unlock releases every member granted (at once), ignoring members that are
 // no longer held (a member lost does not make the release fail; Err says if
 // the RedLock was lost). It returns the other errors joined; the RedLock's
-// hold ends anyway, and a member whose release failed (its deployment
-// unreachable) is released again by the next Unlock or acquisition. Each
-// member's release runs to completion on a fresh context bounded by its
-// client's cleanup timeout when ctx ends. ErrNotHeld when nothing is held.
+// hold ends anyway. Each member's release is bounded by the attempt timeout
+// (WithAttemptTimeout), as a round's attempts are, whatever ctx: Unlock
+// returns within it even when a deployment is stalled, and a release not
+// confirmed by then (its error says so) is retried by the member's own
+// handle in the background. ErrNotHeld when nothing is held.
 func (r *RedLock) Unlock(ctx context.Context) error {
-	if ctx == nil {
-		return fmt.Errorf("%w: nil context", fairlock.ErrInvalidValue)
+	if err := r.check(ctx); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	h := r.h
-	left := r.left
-	r.left = nil
 	if h != nil {
 		h.releasing = true
 	}
 	r.mu.Unlock()
 	if h == nil {
-		if len(left) > 0 {
-			return r.release(ctx, left)
-		}
 		return fmt.Errorf("%w: multi: this RedLock holds nothing", fairlock.ErrNotHeld)
 	}
-	err := r.release(ctx, slices.Concat(h.granted, left))
+	err := r.unlockMembers(ctx, h)
 	r.mu.Lock()
 	if !h.ended {
 		h.ended = true
@@ -386,28 +454,78 @@ func (r *RedLock) Unlock(ctx context.Context) error {
 	return err
 }
 
-// release unlocks ms at once, keeping those whose release failed (other than
-// not held) for a later attempt.
-func (r *RedLock) release(ctx context.Context, ms []*member) error {
-	errs := releaseAll(ctx, ms, true)
-	var failed []*member
-	for i, err := range errs {
-		if err != nil {
-			failed = append(failed, ms[i])
+// unlockMembers releases h's members at once and waits for them at most
+// the attempt timeout: a member's Unlock cut by it still finishes its own
+// work (bounded by its client's cleanup timeout) in the background, and
+// the next acquisition waits for that (pending).
+func (r *RedLock) unlockMembers(ctx context.Context, h *redHold) error {
+	timeout := r.attemptTimeout(h.lease)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	errs := make([]error, len(h.granted))
+	dones := make([]chan struct{}, len(h.granted))
+	all := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, mb := range h.granted {
+		dones[i] = make(chan struct{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer close(dones[i])
+			err := mb.m.Unlock(rctx)
+			if errors.Is(err, fairlock.ErrNotHeld) {
+				err = nil
+			}
+			errs[i] = mb.errf(err)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		cancel()
+		close(all)
+	}()
+	t := time.NewTimer(timeout + 50*time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-all:
+		return errors.Join(errs...)
+	case <-t.C:
+	}
+	out := make([]error, len(h.granted))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, mb := range h.granted {
+		select {
+		case <-dones[i]:
+			out[i] = errs[i]
+		default:
+			if r.pending == nil {
+				r.pending = map[*member]chan struct{}{}
+			}
+			r.pending[mb] = dones[i]
+			out[i] = mb.errf(fmt.Errorf("%w: multi: the release is not confirmed within the attempt timeout %v; the member's handle goes on with it in the background", ErrNoAnswer, timeout))
 		}
 	}
-	if len(failed) > 0 {
-		r.mu.Lock()
-		r.left = append(r.left, failed...)
-		r.mu.Unlock()
-	}
-	return errors.Join(errs...)
+	return errors.Join(out...)
+}
+
+// release unlocks ms at once, each bounded by the attempt timeout of lease
+// whatever ctx's state (not held counts as released). A release not
+// confirmed in time is retried by the member's own handle in the
+// background (its Unlock says so), never sent again from here: a second
+// release could free a later hold of the same handle.
+func (r *RedLock) release(ctx context.Context, lease time.Duration, ms []*member) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.attemptTimeout(lease))
+	defer cancel()
+	return errors.Join(releaseAll(rctx, ms, true)...)
 }
 
 // Done returns a channel closed when the current hold ends: Unlock, or the
 // loss of the RedLock (its validity passed, or fewer than a quorum of its
 // members are still held); Err then says why. Closed when nothing is held.
 func (r *RedLock) Done() <-chan struct{} {
+	if r.zero() {
+		return closedChan
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.h != nil {
@@ -420,6 +538,9 @@ func (r *RedLock) Done() <-chan struct{} {
 // matching fairlock.ErrLost that says why, joined with the lost members'
 // errors (*MemberError).
 func (r *RedLock) Err() error {
+	if r.zero() {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
@@ -436,6 +557,9 @@ func (r *RedLock) Err() error {
 // lease − drift; with the watchdog lease it moves with the members'
 // renewals. Zero when nothing is held or the hold has ended.
 func (r *RedLock) ValidUntil() time.Time {
+	if r.zero() {
+		return time.Time{}
+	}
 	r.mu.Lock()
 	h := r.h
 	r.mu.Unlock()
@@ -456,6 +580,9 @@ func (r *RedLock) ValidUntil() time.Time {
 // separate sequences: a resource keeps one fence per deployment (see
 // docs/design.md). Nil when nothing is held.
 func (r *RedLock) Tokens() []int64 {
+	if r.zero() {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.h == nil {
@@ -467,6 +594,9 @@ func (r *RedLock) Tokens() []int64 {
 // Granted reports, per member in the order given to NewRedLock, whether it
 // granted the current hold. Nil when nothing is held.
 func (r *RedLock) Granted() []bool {
+	if r.zero() {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.h == nil {

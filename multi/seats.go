@@ -2,6 +2,7 @@ package multi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -40,7 +41,7 @@ import (
 // Each acquisition is one hold with a fresh owner; holds have the fair
 // lock's promises (wake-up channel per waiter, head grace, latches, a
 // lease on the server's clock, watchdog renewal, Done/Err/ValidUntil, a
-// fencing token per venue).
+// fencing token per venue, a queue position callback: AcquireWith).
 //
 // A seat is not a lock: a fair or reentrant lock on a seat's name does not
 // exclude the seat (an acquisition refuses a seat whose name is a held
@@ -179,21 +180,78 @@ var errZeroSeats = fmt.Errorf("%w: zero multi.Seats (use NewSeats)", fairlock.Er
 // is left and anything a late copy took is given back, in the
 // background), fairlock.ErrClosed after Close, ErrSeatsMixed.
 func (h *Seats) Acquire(ctx context.Context, lease time.Duration) (*SeatHold, error) {
-	return h.acquire(ctx, core.Forever, lease)
+	return h.acquire(ctx, core.Forever, lease, nil)
 }
 
-// TryAcquire takes every seat at once, waiting at most wait (0: one
-// attempt that never queues, granted only when nobody waits for any of the
-// seats and all are free). It returns a nil SeatHold and a nil error when
-// the wait ran out, and follows Acquire's rules otherwise.
+// Forever, as SeatsOptions.Wait, waits until the seats are granted or ctx
+// ends.
+const Forever = core.Forever
+
+// SeatsOptions are the general form of an acquisition (AcquireWith).
+type SeatsOptions struct {
+	// Lease is the explicit lease; 0: the watchdog keeps the hold.
+	Lease time.Duration
+	// Wait bounds the wait in the queues; Forever waits until ctx ends; 0
+	// makes one attempt that never queues (as TryAcquire's wait 0).
+	Wait time.Duration
+	// Position, when not nil, is called after every attempt that leaves
+	// the caller queued, with its place (fairlock.Position, the type the
+	// fair lock and the fair semaphore report): Ahead is how many requests
+	// must leave before it heads every queue it is in, the distinct owners
+	// ahead of it in any of its seats' queues (exact when read); Joined
+	// says it (re)joined the tails; ETA estimates its wait from the rate at
+	// which the requests ahead moved. Across venues it is the place in the
+	// venue being waited for: each venue after the first starts with
+	// Joined. It runs on the waiting goroutine, between attempts: it must
+	// return quickly. Asking costs no round trip: the attempt's script
+	// walks the caller's queues towards their heads (O(the places ahead)).
+	Position func(fairlock.Position)
+}
+
+// AcquireWith takes every seat as o says: Acquire and TryAcquire with a
+// queue position callback. It returns a nil SeatHold and a nil error when
+// o.Wait ran out, and follows Acquire's rules otherwise (and, with a
+// bounded o.Wait, TryAcquire's bound).
+func (h *Seats) AcquireWith(ctx context.Context, o SeatsOptions) (*SeatHold, error) {
+	if o.Wait == Forever {
+		return h.acquire(ctx, core.Forever, o.Lease, o.Position)
+	}
+	return h.tryAcquire(ctx, o.Wait, o.Lease, o.Position)
+}
+
+// TryAcquire takes every seat at once, waiting at most wait in their
+// queues. A wait of 0 makes one attempt that never queues, granted only
+// when nobody waits for any of the seats and all are free: the meaning
+// semaphore.Fair's TryAcquire gives it, not fair.Mutex's (whose Wait 0 is
+// one queued attempt). It returns a nil SeatHold and a nil error when the
+// wait ran out, and follows Acquire's rules otherwise.
+//
+// The call returns within wait plus one attempt bound (one second), and
+// across venues plus one more for the give-back of the venues taken: when
+// Redis does not answer by then (stalled, unreachable) it returns an error
+// matching ErrNoAnswer and its request is voided and given back in the
+// background.
 func (h *Seats) TryAcquire(ctx context.Context, wait, lease time.Duration) (*SeatHold, error) {
+	return h.tryAcquire(ctx, wait, lease, nil)
+}
+
+func (h *Seats) tryAcquire(ctx context.Context, wait, lease time.Duration, position func(fairlock.Position)) (*SeatHold, error) {
 	if wait < 0 {
 		return nil, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, wait)
 	}
-	return h.acquire(ctx, wait, lease)
+	if h.Mode() != OneVenue || ctx == nil {
+		return h.acquire(ctx, wait, lease, position) // across venues: the MultiLock bounds it
+	}
+	bctx, cancel := context.WithDeadlineCause(ctx, time.Now().Add(wait+attemptBound), errBound)
+	defer cancel()
+	p, err := h.acquire(bctx, wait, lease, position)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(bctx), errBound) {
+		return nil, noAnswer(err)
+	}
+	return p, err
 }
 
-func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration) (*SeatHold, error) {
+func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration, position func(fairlock.Position)) (*SeatHold, error) {
 	if h == nil || h.s == nil {
 		return nil, errZeroSeats
 	}
@@ -204,7 +262,7 @@ func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration) (*SeatHo
 		return nil, fmt.Errorf("%w: lease %v", fairlock.ErrInvalidValue, lease)
 	}
 	if h.venues != nil {
-		return h.acquireAcross(ctx, wait, lease)
+		return h.acquireAcross(ctx, wait, lease, position)
 	}
 	// wire.Owner's format, without fmt.
 	owner := h.s.ID + ":" + strconv.FormatInt(h.s.NewThreadID(), 10)
@@ -216,7 +274,7 @@ func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration) (*SeatHo
 		return nil, err
 	}
 	m.Label = strings.Join(h.names, ",") // errors name the seats, not the venue's key
-	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token})
+	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token, Position: position})
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -235,14 +293,14 @@ type seatsAcquisition struct {
 // OneVenue hold per venue, taken in the canonical order (the venue's slot,
 // then its holds key, which names the venue), with the MultiLock's rollback
 // and restart rules.
-func (h *Seats) acquireAcross(ctx context.Context, wait, lease time.Duration) (*SeatHold, error) {
+func (h *Seats) acquireAcross(ctx context.Context, wait, lease time.Duration, position func(fairlock.Position)) (*SeatHold, error) {
 	if lease > 0 && lease < core.MinLease {
 		return nil, fmt.Errorf("%w: lease %v is under %v", fairlock.ErrInvalidValue, lease, core.MinLease)
 	}
 	vms := make([]*venueMember, len(h.venues))
 	members := make([]Member, len(h.venues))
 	for i, v := range h.venues {
-		vms[i] = &venueMember{v: v}
+		vms[i] = &venueMember{v: v, position: position}
 		members[i] = vms[i]
 	}
 	l, err := New(members...)
@@ -287,9 +345,10 @@ func (h *Seats) acquireAcross(ctx context.Context, wait, lease time.Duration) (*
 // acquisition is a new OneVenue hold, the member's calls are its current
 // (or last) hold's.
 type venueMember struct {
-	v  *Seats
-	mu sync.Mutex
-	h  *SeatHold
+	v        *Seats
+	position func(fairlock.Position) // the acquisition's callback (nil: none)
+	mu       sync.Mutex
+	h        *SeatHold
 }
 
 func (m *venueMember) Name() string { return m.v.k.Holds }
@@ -310,7 +369,7 @@ func (m *venueMember) hold() *SeatHold {
 }
 
 func (m *venueMember) get(ctx context.Context, wait, lease time.Duration) (int64, bool, error) {
-	h, err := m.v.acquire(ctx, wait, lease)
+	h, err := m.v.acquire(ctx, wait, lease, m.position)
 	if h == nil {
 		return 0, false, err
 	}
@@ -406,6 +465,12 @@ func (m *venueMember) ValidUntil() time.Time {
 // SeatHold is one grant of a set of seats, held until Release, the end of
 // its lease (an explicit lease, or the watchdog's when renewals fail), or
 // Close. Its methods are safe for concurrent use.
+//
+// A nil *SeatHold (what TryAcquire returns when its wait runs out) and a
+// zero SeatHold hold nothing: Release returns an error matching both
+// fairlock.ErrNotHeld and fairlock.ErrInvalidValue (so `defer
+// hold.Release(ctx)` after a timeout is harmless), Done is closed, Err nil,
+// ValidUntil zero, Token 0, Names and Tokens empty.
 type SeatHold struct {
 	m      *core.Mutex // OneVenue
 	token  int64       // OneVenue
@@ -435,14 +500,24 @@ func (a *acrossHold) release(ctx context.Context) error {
 }
 
 // Names are the seats held, sorted.
-func (p *SeatHold) Names() []string { return slices.Clone(p.names) }
+func (p *SeatHold) Names() []string {
+	if p == nil {
+		return nil
+	}
+	return slices.Clone(p.names)
+}
+
+// empty reports a nil or zero SeatHold: no grant.
+func (p *SeatHold) empty() bool { return p == nil || (p.m == nil && p.across == nil) }
+
+var errNoSeatHold = fmt.Errorf("%w: %w: seats: no hold (a nil or zero SeatHold; TryAcquire returns nil when its wait runs out)", fairlock.ErrNotHeld, fairlock.ErrInvalidValue)
 
 // Token is the grant's fencing token: the venue's counter, INCRed by every
 // grant, so for each seat its holders' tokens increase (use with fence).
 // Across venues there is no one counter: Token is 0, and Tokens gives each
 // seat its venue's token.
 func (p *SeatHold) Token() int64 {
-	if p.across != nil {
+	if p.empty() || p.across != nil {
 		return 0
 	}
 	return p.token
@@ -452,6 +527,9 @@ func (p *SeatHold) Token() int64 {
 // venue's grant (OneVenue: the same token for every seat). For each seat,
 // its holders' tokens increase.
 func (p *SeatHold) Tokens() []int64 {
+	if p.empty() {
+		return nil
+	}
 	if p.across != nil {
 		return slices.Clone(p.across.tokens)
 	}
@@ -467,6 +545,9 @@ func (p *SeatHold) Tokens() []int64 {
 // (across venues: when a venue's hold had ended, after giving back the
 // others).
 func (p *SeatHold) Release(ctx context.Context) error {
+	if p.empty() {
+		return errNoSeatHold
+	}
 	if p.across != nil {
 		return p.across.release(ctx)
 	}
@@ -476,6 +557,9 @@ func (p *SeatHold) Release(ctx context.Context) error {
 // Done is closed when the hold ends (across venues: when any venue's hold
 // ends; the other venues' seats are then given back at once).
 func (p *SeatHold) Done() <-chan struct{} {
+	if p.empty() {
+		return closedChan
+	}
 	if p.across != nil {
 		return p.across.l.Done()
 	}
@@ -486,6 +570,9 @@ func (p *SeatHold) Done() <-chan struct{} {
 // fairlock.ErrLost when the hold was lost, fairlock.ErrClosed after Close
 // (across venues: a *MemberError naming the venue's holds key).
 func (p *SeatHold) Err() error {
+	if p.empty() {
+		return nil
+	}
 	if p.across != nil {
 		return p.across.l.Err()
 	}
@@ -495,6 +582,9 @@ func (p *SeatHold) Err() error {
 // ValidUntil is the local instant until which the hold is valid (zero once
 // it ended; across venues, the earliest venue's).
 func (p *SeatHold) ValidUntil() time.Time {
+	if p.empty() {
+		return time.Time{}
+	}
 	if p.across != nil {
 		return p.across.l.ValidUntil()
 	}
@@ -530,6 +620,20 @@ func (e *seatsEngine) Try(ctx context.Context, a wire.Args, queue bool) (bool, i
 		return true, r.Token, nil
 	}
 	return false, r.SleepMs, nil
+}
+
+// TryAhead is Try with the caller's queue position (core.AheadTrier).
+func (e *seatsEngine) TryAhead(ctx context.Context, a wire.Args) (bool, int64, wire.Ahead, error) {
+	sa := e.args(a)
+	sa.Queue, sa.Position = true, true
+	r, err := e.s.SeatsScripts().Acquire(ctx, e.s.RDB, e.k, sa)
+	if err != nil {
+		return false, 0, wire.Ahead{Ahead: -1}, err
+	}
+	if r.Granted {
+		return true, r.Token, r.Ahead, nil
+	}
+	return false, r.SleepMs, r.Ahead, nil
 }
 
 func (e *seatsEngine) GiveUp(ctx context.Context, a wire.Args) error {

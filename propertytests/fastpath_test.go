@@ -118,6 +118,22 @@ var fastStates = []fastState{
 	{"a token", func(ctx context.Context, rdb *redis.Client, k wire.Keys, _ wire.FairSet, _ func(string) wire.Args) error {
 		return rdb.Set(ctx, k.Token(), "41", 0).Err()
 	}},
+	// issue 30: the last exact token is 2^53 (token_check, token_incr)
+	{"a token one below 2^53", func(ctx context.Context, rdb *redis.Client, k wire.Keys, _ wire.FairSet, _ func(string) wire.Args) error {
+		return rdb.Set(ctx, k.Token(), "9007199254740991", 0).Err()
+	}},
+	{"a token at 2^53", func(ctx context.Context, rdb *redis.Client, k wire.Keys, _ wire.FairSet, _ func(string) wire.Args) error {
+		return rdb.Set(ctx, k.Token(), "9007199254740992", 0).Err()
+	}},
+	{"held by the caller, a token at 2^53", func(ctx context.Context, rdb *redis.Client, k wire.Keys, fs wire.FairSet, a func(string) wire.Args) error {
+		if _, err := fs.TryLock(ctx, rdb, k, a("cA:1")); err != nil {
+			return err
+		}
+		return rdb.Set(ctx, k.Token(), "9007199254740992", 0).Err()
+	}},
+	{"a token past 2^53", func(ctx context.Context, rdb *redis.Client, k wire.Keys, _ wire.FairSet, _ func(string) wire.Args) error {
+		return rdb.Set(ctx, k.Token(), "9007199254740993", 0).Err()
+	}},
 	{"the acquisition already granted, hold over", func(ctx context.Context, rdb *redis.Client, k wire.Keys, _ wire.FairSet, _ func(string) wire.Args) error {
 		return rdb.Set(ctx, k.AcquireLatch("a-cA:1"), "held:7", 10*time.Second).Err()
 	}},

@@ -189,8 +189,8 @@ func TestFencedRedisServer(t *testing.T) { check(t, fencedMachine, newRealBacken
 var fencedBrokenVariants = []brokenVariant{
 	{
 		name: "token not incremented on re-entry", machine: fencedMachine, file: wire.FileFencedAcquire,
-		old: "local token = redis.call('incr', KEYS[2])",
-		new: "local token = redis.call('hexists', KEYS[1], ARGV[2]) == 1 and tonumber(redis.call('get', KEYS[2])) or redis.call('incr', KEYS[2])",
+		old: "local token, refused = token_incr(KEYS[2])",
+		new: "local token, refused = redis.call('hexists', KEYS[1], ARGV[2]) == 1 and tonumber(redis.call('get', KEYS[2])) or token_incr(KEYS[2])",
 	},
 	{
 		name: "a repeated copy is INCRed again", machine: fencedMachine, file: wire.FileFencedAcquire,

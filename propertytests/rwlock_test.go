@@ -28,8 +28,9 @@ import (
 //   - validity: an owner that the replies so far say holds the lock (its
 //     latest grant, and no reply since saying its holds are gone) holds it
 //     in Redis, until the lease of its latest acquisition or confirmed
-//     renewal has run out, and the lock's TTL is never below that lease:
-//     this is what internal/core's ValidUntil promises the holder.
+//     renewal has run out (a re-entry with a shorter lease: the longer
+//     one), and the lock's TTL is never below that lease: this is what
+//     internal/core's ValidUntil promises the holder.
 
 var rwReaders = []string{"cA:1", "cA:2", "cB:1"}
 
@@ -124,7 +125,10 @@ func (h *rwHarness) acquire(t *rapid.T, owner string, write bool) {
 	}
 	h.noErr(t, "acquire", err)
 	if gotOK {
-		h.promise[owner] = h.server + lease // the holder's validity: its latest grant's lease
+		// The holder's validity: a re-entry keeps the longer of the hold's
+		// and its own lease, as the scripts keep max(TTL, lease) (issue 30;
+		// internal/core's ReentryKeepsLonger).
+		h.promise[owner] = max(h.promise[owner], h.server+lease)
 	}
 	h.end(t, fmt.Sprintf("acquire by %s (lease %d)", owner, lease), n, func() error {
 		if wantOK != gotOK {

@@ -820,7 +820,7 @@ var scalableBroken = []struct{ name, file, old, new string }{
 		"(freed or started or second ~= second0)", "(freed or started)"},
 	// The direct handoff (issue 23).
 	{"a grant does not bump the fencing token", "fair_common.lua",
-		"local token = redis.pcall('incr', token_key)", "local token = tonumber(redis.call('get', token_key) or 1)"},
+		"local token = token_incr(token_key, true)", "local token = tonumber(redis.call('get', token_key) or 1)"},
 	{"a grant goes to the waiter behind the head", "fair_unlock.lua",
 		"handoff(owner, q_front(), grace,", "handoff(owner, select(2, q_front()), grace,"},
 	{"a grant keeps the head's whole lease (a dead head holds the lock for it)", "fair_common.lua",
@@ -833,9 +833,9 @@ var scalableBroken = []struct{ name, file, old, new string }{
 		"                redis.call('pexpire', lock, lease)\n", ""},
 	// Wake-ups that carry their reply (issue 23).
 	{"a sleep note lets the waiter behind the head sleep past the grace", "fair_common.lua",
-		"'s:' .. sleep_held(pttl, grace, second) .. ':'", "'s:' .. pttl .. ':'"},
+		"'s:' .. int_str(sleep_held(pttl, grace, second)) .. ':'", "'s:' .. int_str(pttl) .. ':'"},
 	{"a sleep note says every waiter is the head", "fair_common.lua",
-		"':' .. q_ahead(owner))", "':0')"},
+		"':' .. int_str(q_ahead(owner)))", "':0')"},
 	{"fast path: a free lock is taken while a queue exists", "fair_common.lua",
 		"FAST_FREE and redis.call('exists', KEYS[2], KEYS[3], KEYS[4], KEYS[8]) == 0", "FAST_FREE"},
 }

@@ -38,6 +38,13 @@ var seatsBroken = []struct {
 	{"a replayed request id is granted twice (latch not written)", wire.FileSeatsAcquire, [][2]string{
 		{"    latch_grant(KEYS[9], latch_ttl, token)\n", ""},
 	}, false},
+	{"a copy whose latch expired is refused while its owner holds (issue 30 item 2)", wire.FileSeatsAcquire, [][2]string{
+		{"    if not same then\n        return redis.error_reply('fairlock: seats: owner already holds seats')",
+			"    if true then\n        return redis.error_reply('fairlock: seats: owner already holds seats')"},
+	}, false},
+	{"abandon keeps a grant whose latch expired (issue 30 item 2)", wire.FileSeatsAbandon, [][2]string{
+		{"local give = seats_holds(owner)\n", "local give = latch_token(was) ~= nil and seats_holds(owner)\n"},
+	}, false},
 	{"an ended lease is not reclaimed", wire.FileSeatsAcquire, [][2]string{
 		{"    for _, o in ipairs(ended) do\n        give_back(o)\n", "    for _, o in ipairs({}) do\n        give_back(o)\n"},
 	}, false},

@@ -365,7 +365,7 @@ func TestSemaphoreRedisServer(t *testing.T) { check(t, semMachine, newRealBacken
 var semBrokenVariants = []brokenVariant{
 	{
 		name: "a copy of a request takes its permits again (no replay check)", machine: semMachine, file: wire.FileSemAcquire,
-		old: "if held == n then\n    return {1, redis.call('incr', KEYS[5])}\nend\nif held > 0 then", new: "if false then",
+		old: "if held == n then\n    local token = redis.call('incr', KEYS[5])\n    sem_follow(KEYS[1], KEYS[5])\n    return {1, token, sem_kept(KEYS[2])}\nend\nif held > 0 then", new: "if false then",
 	},
 	{
 		name: "a reclaim publishes nothing", machine: semMachine, file: wire.FileSemCounts,

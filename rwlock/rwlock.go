@@ -67,6 +67,8 @@ func New(c *fairlock.Client, name string, opts ...fairlock.LockOption) (*RWMutex
 			m.Owner = wire.WriterOwner(m.Owner)
 		}
 		m.WatchKind = core.KindRW
+		// Both halves' re-entries set the TTL to max(TTL, lease) (H6).
+		m.ReentryKeepsLonger = true
 		return &Lock{Handle: h, m: m, write: write}, nil
 	}
 	r, err := half(false, opts)

@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock-go/fairlock"
@@ -27,7 +29,7 @@ import (
 // Expirable is a handle on a permit-expirable semaphore (Redisson's
 // RPermitExpirableSemaphore). It is safe for concurrent use and cheap to
 // make (NewExpirable talks to nobody). Make one with NewExpirable: on a
-// zero Expirable every call returns an error matching
+// zero Expirable (or a nil *Expirable) every call returns an error matching
 // fairlock.ErrInvalidValue.
 //
 // Acquire and TryAcquire return a Permit: one acquisition of n permits,
@@ -61,13 +63,39 @@ func NewExpirable(c *fairlock.Client, name string) (*Expirable, error) {
 	return &Expirable{s: s, name: name, k: wire.SemKeysFor(name)}, nil
 }
 
+// MaxPermits is the largest count a semaphore call takes (pools, deltas,
+// permits asked): 2^53, the largest integer the scripts' Lua numbers
+// (doubles) count exactly. A larger count returns an error matching
+// fairlock.ErrInvalidValue and sends nothing; the scripts refuse one too
+// (and a pool that a call would move beyond it), writing nothing.
+const MaxPermits = 1 << 53
+
+// MaxAcquire is the most permits one Expirable acquisition takes: each
+// permit has an id of its own, made here and sent with the request (16
+// bytes each: 16 MiB at most). More returns an error matching
+// fairlock.ErrInvalidValue.
+const MaxAcquire = 1 << 20
+
+// countErr refuses a count beyond ±MaxPermits.
+func countErr(what string, n int) error {
+	if n > MaxPermits || n < -MaxPermits {
+		return fmt.Errorf("%w: %s %d is beyond 2^53 (semaphore.MaxPermits)", fairlock.ErrInvalidValue, what, n)
+	}
+	return nil
+}
+
 // renewEach is the watchdog's renewal of permits (sem_renew.lua).
 func renewEach(ctx context.Context, s *core.Session, names, owners []string, leaseMs int64) ([]wire.RenewStatus, error) {
 	return s.Scripts().SemRenewEach(ctx, s.RDB, names, owners, leaseMs)
 }
 
 // Name is the semaphore's name (its pool's key).
-func (e *Expirable) Name() string { return e.name }
+func (e *Expirable) Name() string {
+	if e == nil {
+		return ""
+	}
+	return e.name
+}
 
 // maxSleep bounds a waiter's sleep between attempts when no message comes:
 // a message lost (a pub/sub reconnect, a Java client's publish to a
@@ -127,6 +155,9 @@ func (e *Expirable) acquire(ctx context.Context, n int, wait, lease time.Duratio
 	if err := checkAcquire(e.name, n, lease); err != nil {
 		return nil, err
 	}
+	if n > MaxAcquire {
+		return nil, fmt.Errorf("%w: %d permits in one acquisition (at most %d: each has an id)", fairlock.ErrInvalidValue, n, MaxAcquire)
+	}
 	raw := newIDs(n)
 	owner := wire.SemOwner(raw)
 	m, err := core.NewHold(e.s, e.name, owner, &engine{s: e.s, k: e.k, ids: raw}, core.KindSemaphore, false)
@@ -138,7 +169,51 @@ func (e *Expirable) acquire(ctx context.Context, n int, wait, lease time.Duratio
 	if err != nil || !ok {
 		return nil, err
 	}
-	return &Permit{m: m, ids: strings.Split(owner, ","), token: token, n: n}, nil
+	p := &Permit{m: m, ids: strings.Split(owner, ","), token: token, n: n}
+	held.add(e.s, e.name, p)
+	return p, nil
+}
+
+// held are this process's Permits of Expirables, by client, semaphore and
+// permit id, so that UpdateLease with a shorter lease cuts a Permit's
+// validity at once (its validity must not outlast what Redis keeps).
+// Entries of Permits that ended are swept as the map grows.
+var held heldPermits
+
+type heldPermits struct {
+	mu   sync.Mutex
+	m    map[heldKey]*core.Mutex
+	next int // sweep ended entries when the map reaches this size
+}
+
+type heldKey struct {
+	s        *core.Session
+	name, id string
+}
+
+func (h *heldPermits) add(s *core.Session, name string, p *Permit) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[heldKey]*core.Mutex{}
+	}
+	if len(h.m) >= h.next {
+		for k, m := range h.m {
+			if m.ValidUntil().IsZero() {
+				delete(h.m, k)
+			}
+		}
+		h.next = 2*len(h.m) + 64
+	}
+	for _, id := range p.ids {
+		h.m[heldKey{s, name, id}] = p.m
+	}
+}
+
+func (h *heldPermits) get(s *core.Session, name, id string) *core.Mutex {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m[heldKey{s, name, strings.ToLower(id)}]
 }
 
 // newIDs makes n permit ids, raw.
@@ -157,7 +232,10 @@ func newIDs(n int) []string {
 // explicit lease, or the watchdog's when a renewal fails), for an
 // Expirable a release of its ids by id (here or by a Java client), or
 // Close.
-// Its methods are safe for concurrent use.
+// Its methods are safe for concurrent use. A zero Permit (or a nil
+// *Permit) holds nothing: Release and Err return an error matching
+// fairlock.ErrInvalidValue, Done a closed channel, ValidUntil the zero
+// time, IDs nil, Count and Token 0.
 type Permit struct {
 	m     *core.Mutex
 	ids   []string
@@ -165,19 +243,41 @@ type Permit struct {
 	n     int
 }
 
+var errZeroPermit = fmt.Errorf("%w: zero semaphore.Permit (Acquire returns them)", fairlock.ErrInvalidValue)
+
+// closedDone is the Done channel of a zero Permit.
+var closedDone = func() <-chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+func (p *Permit) zero() bool { return p == nil || p.m == nil }
+
 // IDs are the permits' ids (32 hex characters each), as Redisson shows
 // them: Expirable's by-id calls and a Java client take them. A Fair
 // semaphore's permits have no ids (nil): its holds are one owner each.
-func (p *Permit) IDs() []string { return slices.Clone(p.ids) }
+func (p *Permit) IDs() []string {
+	if p == nil {
+		return nil
+	}
+	return slices.Clone(p.ids)
+}
 
 // Count is how many permits the acquisition took.
-func (p *Permit) Count() int { return p.n }
+func (p *Permit) Count() int {
+	if p == nil {
+		return 0
+	}
+	return p.n
+}
 
 // Token is the acquisition's fencing token: every acquisition through this
 // package gets a larger one than any acquisition of the same semaphore
 // before it (a counter of ours, "fairlock_sem_token:{name}", that
 // Redisson's acquisitions do not touch).
-func (p *Permit) Token() int64 { return p.token }
+func (p *Permit) Token() int64 {
+	if p == nil {
+		return 0
+	}
+	return p.token
+}
 
 // Release gives the permits back (all of them; with retries, as a lock's
 // Unlock). It returns an error matching fairlock.ErrNotHeld when one of
@@ -187,29 +287,52 @@ func (p *Permit) Token() int64 { return p.token }
 // matching fairlock.ErrLost until the release is confirmed) and stop being
 // renewed, and the release is retried in the background until Redis
 // confirms it or their lease runs out.
-func (p *Permit) Release(ctx context.Context) error { return p.m.Unlock(ctx) }
+func (p *Permit) Release(ctx context.Context) error {
+	if p.zero() {
+		return errZeroPermit
+	}
+	return p.m.Unlock(ctx)
+}
 
 // Done returns a channel closed when the permits are no longer held:
 // released, lost (see Err), or ended by Close.
-func (p *Permit) Done() <-chan struct{} { return p.m.Done() }
+func (p *Permit) Done() <-chan struct{} {
+	if p.zero() {
+		return closedDone
+	}
+	return p.m.Done()
+}
 
 // Err says why the permits are no longer held: nil while held or after
 // Release, an error matching fairlock.ErrLost when they were lost (a lease
 // ran out, a renewal found them gone), fairlock.ErrClosed when the client
 // was closed while they were held (Close gives them back).
-func (p *Permit) Err() error { return p.m.Err() }
+func (p *Permit) Err() error {
+	if p.zero() {
+		return errZeroPermit
+	}
+	return p.m.Err()
+}
 
 // ValidUntil is the local instant until which the permits are held for
 // sure (the latest grant's or renewal's send time plus the lease, less a
 // drift margin); zero once they are not held.
-func (p *Permit) ValidUntil() time.Time { return p.m.ValidUntil() }
+func (p *Permit) ValidUntil() time.Time {
+	if p.zero() {
+		return time.Time{}
+	}
+	return p.m.ValidUntil()
+}
 
 // engine runs the semaphore's scripts for one acquisition (core.Engine,
-// core.Voider, core.HeldChecker): ids are its permits, raw.
+// core.Voider, core.HeldChecker, core.Keeper): ids are its permits, raw.
 type engine struct {
 	s   *core.Session
 	k   wire.SemKeys
 	ids []string
+	// kept: how long Redis keeps the latest grant regardless of its lease
+	// (the keys' TTL; -1: no bound), for core.Keeper.
+	kept atomic.Int64
 }
 
 func (g *engine) args(a wire.Args) wire.SemAcquireArgs {
@@ -223,8 +346,9 @@ func (g *engine) args(a wire.Args) wire.SemAcquireArgs {
 // Try makes one attempt: acquired, ttlMs is the grant's token; otherwise
 // the time until the earliest permit expires, at most maxSleep.
 func (g *engine) Try(ctx context.Context, a wire.Args, _ bool) (bool, int64, error) {
-	ok, n, err := g.s.Scripts().SemAcquire(ctx, g.s.RDB, g.k, g.args(a))
+	ok, n, kept, err := g.s.Scripts().SemAcquireKept(ctx, g.s.RDB, g.k, g.args(a))
 	if err != nil || ok {
+		g.kept.Store(kept)
 		return ok, n, err
 	}
 	if n < 0 || n > maxSleep.Milliseconds() {
@@ -259,6 +383,16 @@ func (g *engine) WakeChannel(string) string { return g.k.Channel }
 func (g *engine) Abandon(ctx context.Context, a wire.Args) (bool, error) {
 	_, err := g.s.Scripts().SemAbandon(ctx, g.s.RDB, g.k, g.args(a))
 	return false, err
+}
+
+// GrantKeptMs is how long Redis keeps the grant Try just reported
+// (core.Keeper): the timeouts set's TTL, inherited from the pool, or -1.
+func (g *engine) GrantKeptMs() int64 { return g.kept.Load() }
+
+// KeptMs asks Redis how long the permits are still kept (sem_kept.lua):
+// their lease may have been moved by UpdateLease, here or by a Java client.
+func (g *engine) KeptMs(ctx context.Context, _ string) (int64, error) {
+	return g.s.Scripts().SemKept(ctx, g.s.RDB, g.k, g.ids)
 }
 
 func (g *engine) HeldScript(owner string) (*redis.Script, []string, []any) {
@@ -354,6 +488,9 @@ func (e *Expirable) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if n < 0 {
 		return false, fmt.Errorf("%w: %d permits", fairlock.ErrInvalidValue, n)
 	}
+	if err := countErr("permits", n); err != nil {
+		return false, err
+	}
 	return call(e, ctx, func(ctx context.Context) (bool, error) {
 		return e.s.Scripts().SemTrySetPermits(ctx, e.s.RDB, e.k, int64(n), e.s.PubCmd())
 	})
@@ -369,6 +506,9 @@ func (e *Expirable) SetPermits(ctx context.Context, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: %d permits", fairlock.ErrInvalidValue, n)
 	}
+	if err := countErr("permits", n); err != nil {
+		return err
+	}
 	_, err := call(e, ctx, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, e.s.Scripts().SemSetPermits(ctx, e.s.RDB, e.k, int64(n), e.s.PubCmd())
 	})
@@ -376,9 +516,14 @@ func (e *Expirable) SetPermits(ctx context.Context, n int) error {
 }
 
 // AddPermits adds n permits to the available count; n may be negative (as
-// in Redisson: the count may go below 0).
+// in Redisson: the count may go below 0). A count that would leave
+// ±MaxPermits is refused (ErrInvalidValue in Go, an error from Redis
+// when only the sum is out of range), the pool left as it was.
 func (e *Expirable) AddPermits(ctx context.Context, n int) error {
 	if err := e.check(ctx); err != nil {
+		return err
+	}
+	if err := countErr("delta", n); err != nil {
 		return err
 	}
 	_, err := call(e, ctx, func(ctx context.Context) (struct{}, error) {
@@ -420,7 +565,11 @@ func (e *Expirable) Permits(ctx context.Context) (int, error) {
 
 // UpdateLease gives a held permit a new lease counted from now (0: it
 // never expires). It reports whether the permit was held (not released,
-// not expired).
+// not expired). A Permit holding it follows the new lease: one of this
+// client is cut to a shorter lease at once, and any Permit with an
+// explicit lease, when that runs out, asks Redis and goes on for what a
+// longer lease (set here or by a Java client) left it. A watchdog-kept
+// Permit's next renewal sets the client's lease again.
 func (e *Expirable) UpdateLease(ctx context.Context, id string, lease time.Duration) (bool, error) {
 	if err := e.check(ctx); err != nil {
 		return false, err
@@ -436,9 +585,19 @@ func (e *Expirable) UpdateLease(ctx context.Context, id string, lease time.Durat
 	if lease > 0 {
 		leaseMs = max(1, lease.Milliseconds())
 	}
-	return call(e, ctx, func(ctx context.Context) (bool, error) {
+	sent := time.Now()
+	ok, err := call(e, ctx, func(ctx context.Context) (bool, error) {
 		return e.s.Scripts().SemUpdateLease(ctx, e.s.RDB, e.k, raw[0], leaseMs, wire.ServerClock, e.s.PubCmd())
 	})
+	if err == nil && ok && lease > 0 {
+		// A Permit of this client holding the id: Redis ends it by then,
+		// so its validity must not outlast that (a longer lease is
+		// followed when the Permit's own runs out: core.Keeper).
+		if m := held.get(e.s, e.name, id); m != nil {
+			m.Bound(sent, leaseMs)
+		}
+	}
+	return ok, err
 }
 
 // LeaseTime is a held permit's remaining lease: -1 for a permit with no

@@ -161,9 +161,8 @@ func TestSemaphoreRedissonScenarios(t *testing.T) {
 			require.NoError(t, err)
 			assert.False(t, ok, "the permit expired")
 			// The second permit is a Java client's (Redisson's script): by id,
-			// UpdateLease extends a permit whoever holds it. A Permit of ours
-			// ends at its own lease whatever UpdateLease did (see
-			// TestSemaphorePermitIsAHold).
+			// UpdateLease extends a permit whoever holds it (a Permit of ours
+			// follows it: TestExpirableUpdateLeaseIsKept).
 			j := javaSem{rdb: b.Client(t), k: wire.SemKeysFor(s.Name())}
 			var id2 []string
 			require.Eventually(t, func() bool { id2, _ = j.tryAcquire(t, 1, 300*time.Millisecond); return id2 != nil }, 10*time.Second, 50*time.Millisecond)
@@ -245,15 +244,19 @@ func TestSemaphoreRedissonScenarios(t *testing.T) {
 			none, err := tryAcq(s, ctx, 1, 0, 0)
 			require.NoError(t, err)
 			assert.Nil(t, none)
+			released := make(chan error, 1)
 			go func() {
 				time.Sleep(300 * time.Millisecond)
-				assert.NoError(t, s.Release(context.Background(), id[0]))
+				released <- s.Release(context.Background(), id[0])
 			}()
 			start := time.Now()
 			id2, err := tryAcq(s, ctx, 1, 10*time.Second, 0)
 			require.NoError(t, err)
 			require.Len(t, id2, 1)
 			assert.Less(t, time.Since(start), 10*time.Second)
+			// The release's reply may come after the waiter's grant: wait
+			// for it before the client is closed.
+			assert.NoError(t, <-released)
 		})
 		t.Run("TryAcquireMany", func(t *testing.T) {
 			s, _ := newSem(t, b)

@@ -178,6 +178,9 @@ func (f *Fair) acquire(ctx context.Context, n int, wait, lease time.Duration, po
 	if err := checkAcquire(f.name, n, lease); err != nil {
 		return nil, err
 	}
+	if err := countErr("permits", n); err != nil {
+		return nil, err
+	}
 	// wire.Owner's format, without fmt.
 	owner := f.s.ID + ":" + strconv.FormatInt(f.s.NewThreadID(), 10)
 	queue := wait != 0
@@ -291,12 +294,15 @@ func fairCall[T any](f *Fair, ctx context.Context, fn func(context.Context) (T, 
 	return v, err
 }
 
-// SetPermits sets the pool to n permits (n >= 0). Holders keep what they
+// SetPermits sets the pool to n permits (0 <= n <= MaxPermits). Holders keep what they
 // hold; a pool shrunk below what is held grants nothing until enough is
 // given back. An increase wakes the head of the queue.
 func (f *Fair) SetPermits(ctx context.Context, n int) error {
 	if n < 0 {
 		return fmt.Errorf("%w: %d permits", fairlock.ErrInvalidValue, n)
+	}
+	if err := countErr("permits", n); err != nil {
+		return err
 	}
 	_, err := fairCall(f, ctx, func(ctx context.Context) (int64, error) {
 		old, _, err := f.s.SemFairScripts().SetPermits(ctx, f.s.RDB, f.k, int64(n), f.semArgs())
@@ -306,9 +312,14 @@ func (f *Fair) SetPermits(ctx context.Context, n int) error {
 }
 
 // AddPermits adds delta permits to the pool (negative: removes them) and
-// returns the new pool. It fails with ErrNotSet before SetPermits and with
-// ErrNegative when the pool would drop below 0.
+// returns the new pool. It fails with ErrNotSet before SetPermits, with
+// ErrNegative when the pool would drop below 0, and with an error matching
+// fairlock.ErrInvalidValue (a delta beyond ±MaxPermits) or from Redis (a
+// pool beyond MaxPermits), the pool left as it was.
 func (f *Fair) AddPermits(ctx context.Context, delta int) (int, error) {
+	if err := countErr("delta", delta); err != nil {
+		return 0, err
+	}
 	v, err := fairCall(f, ctx, func(ctx context.Context) (int64, error) {
 		return f.s.SemFairScripts().AddPermits(ctx, f.s.RDB, f.k, int64(delta), f.semArgs())
 	})

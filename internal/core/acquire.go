@@ -180,6 +180,7 @@ type acquisition struct {
 	// abandon (the grant may be in flight).
 	handoff bool
 	late    int   // replies that came after the lease they were sent with
+	keptMs  int64 // > 0: Redis keeps the grant this long, less than its lease (Keeper)
 	lastErr error // the last transient Redis error
 
 	pos *positionTrack // nil: no position callback (position.go)
@@ -394,6 +395,14 @@ func (q *acquisition) attempt() (bool, int64, error) {
 	if err := q.confirm(); err != nil || q.a.AcquireID != args.AcquireID {
 		return false, 0, err
 	}
+	q.keptMs = 0
+	if k, ok := m.E.(Keeper); ok {
+		// Redis keeps the grant for less than the lease (the keys' TTL):
+		// the validity must not outlast it.
+		if kept := k.GrantKeptMs(); kept >= 0 && kept < leaseMs {
+			leaseMs, q.keptMs = kept, kept
+		}
+	}
 	if !time.Now().Before(validity(from, leaseMs)) {
 		return q.lateReply(ttl, kept)
 	}
@@ -430,7 +439,11 @@ func (q *acquisition) confirm() error {
 // start records the acquisition as a hold valid from from.
 func (q *acquisition) start(from time.Time, token int64, kept bool) (bool, int64, error) {
 	m := q.m
-	if !m.granted(from, q.a.LeaseMs, kept, q) {
+	leaseMs := q.a.LeaseMs
+	if q.keptMs > 0 && q.keptMs < leaseMs {
+		leaseMs = q.keptMs
+	}
+	if !m.granted(from, leaseMs, kept, q) {
 		m.undo(q.a) // closed meanwhile
 		return false, 0, ErrClosed
 	}

@@ -47,11 +47,15 @@ func (m *Mutex) granted(sent time.Time, leaseMs int64, watchdogKept bool, q *acq
 		m.S.obs.emit(e)
 	}
 	m.holds++
-	h.leaseMs = leaseMs
 	// The key's TTL was set to leaseMs when Redis ran this acquisition:
 	// its validity replaces the earlier one (a re-entry can shorten an
-	// explicit lease).
-	h.validUntil = validity(sent, leaseMs)
+	// explicit lease), except where the kind's re-entry keeps the longer
+	// TTL (ReentryKeepsLonger: the hold, and the lease it was valid by,
+	// stay the longer ones; issue 30).
+	if v := validity(sent, leaseMs); !reentry || !m.ReentryKeepsLonger || v.After(h.validUntil) {
+		h.leaseMs = leaseMs
+		h.validUntil = v
+	}
 	if watchdogKept && !h.watchdog {
 		h.watchdog = true
 		h.wd = m.S.Watchdog.AddKind(m.Keys.Name, m.Owner, m.WatchKind, h)
@@ -100,6 +104,56 @@ func (h *hold) expire() {
 		h.timer.Reset(d)
 		return
 	}
+	if k, ok := m.E.(Keeper); ok && !h.watchdog {
+		if !h.rechecking {
+			h.rechecking = true
+			go m.recheck(h, k)
+		}
+		return
+	}
+	m.expireLocked(h)
+}
+
+// recheck asks Redis, when h's explicit lease ran out on the local clock,
+// whether the grant's end was moved (Keeper: the permit-expirable
+// semaphore's updateLeaseTime, by any client): h goes on, valid for what
+// Redis keeps (at most a client lease, then asked again, so a later move or
+// a release by id is seen within one), or ends as before.
+func (m *Mutex) recheck(h *hold, k Keeper) {
+	cfg := &m.S.Config
+	ctx, cancel := context.WithTimeout(m.S.bgCtx, max(cfg.CleanupTime, time.Second))
+	sent := time.Now()
+	ms, err := k.KeptMs(ctx, m.Owner)
+	cancel()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h.rechecking = false
+	if m.cur != h {
+		return
+	}
+	// What the lease first sent leaves is at most its drift margin: more
+	// than twice that, and the end was moved.
+	moved := Drift(time.Duration(h.leaseMs)*time.Millisecond) * 2
+	if err == nil && (ms < 0 || time.Duration(ms)*time.Millisecond > moved) {
+		keep := cfg.Lease.Milliseconds()
+		if ms >= 0 && ms < keep {
+			keep = ms
+		}
+		if v := validity(sent, keep); time.Now().Before(v) {
+			h.validUntil, h.leaseMs = v, keep
+			h.timer.Reset(time.Until(v))
+			return
+		}
+	}
+	if d := time.Until(h.validUntil); d > 0 {
+		h.timer.Reset(d) // a renewal moved it meanwhile
+		return
+	}
+	m.expireLocked(h)
+}
+
+// expireLocked ends h as lost, its validity over, and gives it back.
+func (m *Mutex) expireLocked(h *hold) {
 	why := "its lease ran out"
 	if h.watchdog {
 		why = "no renewal was confirmed before its lease ran out"

@@ -40,6 +40,23 @@ type HeldChecker interface {
 	HeldScript(owner string) (sc *redis.Script, keys []string, args []any)
 }
 
+// Keeper is an engine whose grant Redis may keep for a time other than the
+// lease sent: the permit-expirable semaphore, whose keys' TTL (Redisson's
+// expire()) can end a grant sooner, and whose updateLeaseTime (any
+// client's, Java's included) can move its end either way.
+type Keeper interface {
+	// GrantKeptMs, called after Try reported a grant, is how long Redis
+	// keeps that grant from the script's run regardless of the lease (ms;
+	// -1: no bound but the lease). The hold's validity is cut to it.
+	GrantKeptMs() int64
+	// KeptMs asks Redis how long owner's grant is still kept: ms, 0 when
+	// it is no longer held, -1 when it does not expire. A hold with an
+	// explicit lease asks it when that lease runs out on the local clock,
+	// and goes on when the grant's end was moved (updateLeaseTime) instead
+	// of ending and giving the grant back.
+	KeptMs(ctx context.Context, owner string) (int64, error)
+}
+
 // NewHold builds the handle of one acquisition of such a primitive: owner
 // is the acquisition's id, e its engine, name the key the replica
 // acknowledgement and errors name, kind its watchdog renewal (registered

@@ -47,6 +47,13 @@ type Mutex struct {
 	// Label is the name the user gave, when it is not Keys.Name (a
 	// primitive whose hold is named by an internal key); errors name it.
 	Label string
+	// ReentryKeepsLonger: this kind's re-entry sets the key's TTL to
+	// max(TTL, lease) (the read-write lock's halves), so a re-entry with a
+	// shorter lease never shortens the hold: its validity stays the longer
+	// one, and an acquisition in flight does not bound it. Otherwise (the
+	// reentrant, fair and fenced locks: TTL = the new lease) the validity
+	// follows the latest lease.
+	ReentryKeepsLonger bool
 
 	mu       sync.Mutex
 	settling []<-chan struct{} // give-backs of abandoned requests still running
@@ -69,8 +76,9 @@ type hold struct {
 	done       chan struct{} // made on the first call to Done
 	ended      bool
 	err        error
-	leaseMs    int64 // lease set by the latest acquisition (Redisson's internalLockLeaseTime)
+	leaseMs    int64 // lease set by the latest acquisition (Redisson's internalLockLeaseTime); with ReentryKeepsLonger, the lease of the acquisition the validity is reckoned from
 	watchdog   bool  // kept by the watchdog
+	rechecking bool  // a Keeper's KeptMs is in flight (hold.go, recheck)
 	wd         *watchdog.Entry
 	validUntil time.Time
 	timer      *time.Timer // fires at validUntil
@@ -200,7 +208,7 @@ func (m *Mutex) bound(sent time.Time, leaseMs int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	h := m.cur
-	if h == nil {
+	if h == nil || m.ReentryKeepsLonger {
 		return
 	}
 	if v := validity(sent, leaseMs); v.Before(h.validUntil) {
@@ -210,6 +218,12 @@ func (m *Mutex) bound(sent time.Time, leaseMs int64) {
 		}
 	}
 }
+
+// Bound caps the current hold's validity at sent + leaseMs (less the
+// drift): Redis was told at sent to end the hold by then (the
+// permit-expirable semaphore's UpdateLease with a shorter lease). A later
+// validity is never extended by it.
+func (m *Mutex) Bound(sent time.Time, leaseMs int64) { m.bound(sent, leaseMs) }
 
 // cleanup runs after a failed acquisition, on a fresh context bounded by
 // CleanupTime (ctx may be dead). When the request may have reached Redis in

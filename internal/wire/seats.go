@@ -167,6 +167,7 @@ type SeatsArgs struct {
 	ReleaseID string   // release: request id; "" for no latch
 	LatchMs   int64    // latch lifetime
 	PubCmd    string   // "publish" (default when empty) or "spublish"
+	Position  bool     // acquire: reply the caller's queue position when queued and not granted
 }
 
 func (a SeatsArgs) pubCmd() string { return pub(a.PubCmd) }
@@ -205,6 +206,9 @@ type SeatsResult struct {
 	Granted bool  // the owner holds every seat it asked for
 	Token   int64 // when granted: the grant's fencing token
 	SleepMs int64 // when not: how long to sleep at most before trying again
+	// Ahead, when not granted and SeatsArgs.Position and Queue were set:
+	// the caller's place (see seats_acquire.lua); Ahead.Ahead -1 otherwise.
+	Ahead Ahead
 }
 
 func (s *SeatsScripts) run(ctx context.Context, rdb redis.Scripter, file string, keys []string, args ...any) *redis.Cmd {
@@ -222,11 +226,21 @@ func (s *SeatsScripts) Acquire(ctx context.Context, rdb redis.Scripter, k SeatsK
 	if a.Queue {
 		q = 1
 	}
-	c := s.call(FileSeatsAcquire, k, k.AcquireLatch(a.AcquireID), a.Seats, 6)
+	nargs := 6
+	if a.Position {
+		nargs = 7
+	}
+	c := s.call(FileSeatsAcquire, k, k.AcquireLatch(a.AcquireID), a.Seats, nargs)
 	c.num(a.LeaseMs).str(a.Owner).num(latchMs).num(a.GraceMs).key(a.pubCmd()).num(int64(q))
+	if a.Position {
+		c.key("1")
+	}
 	v, err := c.run(ctx, rdb).Int64Slice()
 	if err != nil {
 		return SeatsResult{}, seatsErr(err)
+	}
+	if len(v) == 4 && v[0] == 0 {
+		return SeatsResult{SleepMs: v[1], Ahead: Ahead{Ahead: v[2], Joined: v[3] == 1}}, nil
 	}
 	if len(v) != 2 || (v[0] != 0 && v[0] != 1) {
 		return SeatsResult{}, fmt.Errorf("lua: unexpected seats acquisition reply %v", v)
@@ -234,7 +248,7 @@ func (s *SeatsScripts) Acquire(ctx context.Context, rdb redis.Scripter, k SeatsK
 	if v[0] == 1 {
 		return SeatsResult{Granted: true, Token: v[1]}, nil
 	}
-	return SeatsResult{SleepMs: v[1]}, nil
+	return SeatsResult{SleepMs: v[1], Ahead: Ahead{Ahead: -1}}, nil
 }
 
 // Release runs seats_release.lua (reads Owner, ReleaseID, LatchMs,

@@ -31,6 +31,7 @@ const (
 	FileSemReleaseHold    = "sem_release_hold.lua"
 	FileSemRenew          = "sem_renew.lua"
 	FileSemHeld           = "sem_held.lua"
+	FileSemKept           = "sem_kept.lua"
 	fileSemCommon         = "sem_common.lua"
 	semChannelPrefix      = "redisson_sc"
 	semTimeoutSuffix      = "timeout"
@@ -42,7 +43,7 @@ const (
 var SemFiles = []string{
 	FileSemAcquire, FileSemAbandon, FileSemRelease, FileSemReleaseMany, FileSemTrySetPermits,
 	FileSemSetPermits, FileSemAddPermits, FileSemCounts, FileSemUpdateLease, FileSemLeaseTime,
-	FileSemReleaseHold, FileSemRenew, FileSemHeld,
+	FileSemReleaseHold, FileSemRenew, FileSemHeld, FileSemKept,
 }
 
 func init() { Files = append(Files, SemFiles...) }
@@ -145,8 +146,16 @@ func (a SemAcquireArgs) latch(k SemKeys) string {
 // until the earliest permit expires (ms, -1: none can). Errors:
 // ErrAbandoned, ErrGrantOver (copies of a request).
 func (s *Scripts) SemAcquire(ctx context.Context, rdb redis.Scripter, k SemKeys, a SemAcquireArgs) (acquired bool, n int64, err error) {
+	acquired, n, _, err = s.SemAcquireKept(ctx, rdb, k, a)
+	return acquired, n, err
+}
+
+// SemAcquireKept is SemAcquire that also reports, for a grant, how long
+// Redis keeps its permits regardless of their lease (the timeouts set's
+// TTL, inherited from the pool; ms, -1: no bound).
+func (s *Scripts) SemAcquireKept(ctx context.Context, rdb redis.Scripter, k SemKeys, a SemAcquireArgs) (acquired bool, n, keptMs int64, err error) {
 	if len(a.IDs) == 0 {
-		return false, 0, fmt.Errorf("lua: SemAcquire needs at least one id")
+		return false, 0, -1, fmt.Errorf("lua: SemAcquire needs at least one id")
 	}
 	args := make([]any, 0, 6+len(a.IDs))
 	args = append(args, len(a.IDs), a.LeaseMs, a.NowMs, SemNever, pub(a.PubCmd))
@@ -157,12 +166,28 @@ func (s *Scripts) SemAcquire(ctx context.Context, rdb redis.Scripter, k SemKeys,
 	v, err := s.Script(FileSemAcquire).Run(ctx, rdb,
 		[]string{k.Pool, k.Timeouts, k.Channel, a.latch(k), k.Token}, args...).Int64Slice()
 	if err != nil {
-		return false, 0, acquireErr(err)
+		return false, 0, -1, acquireErr(err)
 	}
-	if len(v) != 2 {
-		return false, 0, fmt.Errorf("lua: sem acquire replied %v", v)
+	switch {
+	case len(v) == 3 && v[0] == 1:
+		return true, v[1], v[2], nil
+	case len(v) == 2 && v[0] != 1:
+		return false, v[1], -1, nil
 	}
-	return v[0] == 1, v[1], nil
+	return false, 0, -1, fmt.Errorf("lua: sem acquire replied %v", v)
+}
+
+// SemKept runs sem_kept.lua (read-only): how long Redis still keeps the
+// permits ids (raw; one acquisition's): ms until the first of them ends
+// (its expiry, or the timeouts set's TTL), 0 when one is not held, -1 when
+// none expires.
+func (s *Scripts) SemKept(ctx context.Context, rdb redis.Scripter, k SemKeys, ids []string) (int64, error) {
+	args := make([]any, 0, 1+len(ids))
+	args = append(args, SemNever)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return s.Script(FileSemKept).Run(ctx, rdb, []string{k.Timeouts}, args...).Int64()
 }
 
 // SemAbandon runs sem_abandon.lua: request a (its ids and latch) is given

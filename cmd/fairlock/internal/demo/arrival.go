@@ -126,8 +126,9 @@ func (h *arrivalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 				v, rerr := c.Result()
 				tok, _ := v.([]any)
 				if h.byCtx {
-					// the semaphores reply {1, token} to a grant
-					acquired = len(tok) == 2 && tok[0] == int64(1)
+					// the semaphores reply {1, token} to a grant (the
+					// permit-expirable one {1, token, kept})
+					acquired = len(tok) >= 2 && tok[0] == int64(1)
 				} else {
 					// a fair grant with its fencing token: {-1, token}
 					acquired = v == "OK" || errors.Is(rerr, redis.Nil) || len(tok) == 2 && tok[1] != int64(-1)
