@@ -81,32 +81,78 @@ func init() {
 // refused by NewClient with ErrInvalidValue.
 type Option func(*core.Config)
 
+// invalid records, on the first out-of-range option only, an error
+// matching ErrInvalidValue that names the option and its value; NewClient
+// returns it.
+func invalid(c *core.Config, option string, v any, why string) {
+	if c.Invalid == nil {
+		c.Invalid = fmt.Errorf("%w: %s(%v): %s", ErrInvalidValue, option, v, why)
+	}
+}
+
 // WithLease sets the watchdog lease (Redisson's lockWatchdogTimeout): the
 // lease of a lock taken without an explicit lease, renewed every lease/3
-// while the holder lives. Default 30 s (0 keeps it); at least 3 ms.
-func WithLease(d time.Duration) Option { return func(c *core.Config) { c.Lease = d } }
+// while the holder lives. Default 30 s (0 keeps it); any other value must
+// be at least 3 ms (NewClient fails with ErrInvalidValue otherwise).
+func WithLease(d time.Duration) Option {
+	return func(c *core.Config) {
+		if d != 0 && d < 3*time.Millisecond {
+			invalid(c, "WithLease", d, "the watchdog lease must be at least 3ms")
+			return
+		}
+		c.Lease = d
+	}
+}
 
 // WithWaitSlot sets the fair lock's default wait slot (Redisson's
 // fairLockWaitTimeout): how long a queued waiter may go without taking the
-// lock before it is treated as dead. Default 5 min (0 keeps it); at least
-// 1 ms.
-func WithWaitSlot(d time.Duration) Option { return func(c *core.Config) { c.WaitSlot = d } }
+// lock before it is treated as dead. Default 5 min (0 keeps it); any
+// other value must be at least 1 ms (NewClient fails with ErrInvalidValue
+// otherwise).
+func WithWaitSlot(d time.Duration) Option {
+	return func(c *core.Config) {
+		if d != 0 && d < time.Millisecond {
+			invalid(c, "WithWaitSlot", d, "the wait slot must be at least 1ms")
+			return
+		}
+		c.WaitSlot = d
+	}
+}
 
 // WithHeadGrace sets how long the head of a fair queue has to take a lock
 // that became free (not in Redisson; see docs/design.md). A head that lets
 // its grace run out is woken and given a second one; one that lets both
 // run out is pruned as dead by its followers, so a Redis pause that eats a
-// grace costs a live head nothing. Default 5 s (0 keeps it); at least 1 ms;
-// a negative value turns it off, which is Redisson's behaviour: a dead head
-// then blocks the queue for its whole slot.
-func WithHeadGrace(d time.Duration) Option { return func(c *core.Config) { c.HeadGrace = d } }
+// grace costs a live head nothing. Default 5 s (0 keeps it); a negative
+// value turns it off, which is Redisson's behaviour: a dead head then
+// blocks the queue for its whole slot. A positive grace must be at least
+// 1 ms (the grace is counted in whole milliseconds; NewClient fails with
+// ErrInvalidValue otherwise).
+func WithHeadGrace(d time.Duration) Option {
+	return func(c *core.Config) {
+		if d > 0 && d < time.Millisecond {
+			invalid(c, "WithHeadGrace", d, "a positive grace must be at least 1ms (a negative value turns it off)")
+			return
+		}
+		c.HeadGrace = d
+	}
+}
 
 // WithLatchTTL sets how long the outcome of an unlock or an acquisition is
 // kept in Redis (a small key per call), so that a retried or late copy of
 // the call returns it instead of acting twice. A copy that reaches Redis
 // later than this after the first one (a network stall longer than the
-// latch) is not recognised. Default 10 s (0 keeps it); at least 1 ms.
-func WithLatchTTL(d time.Duration) Option { return func(c *core.Config) { c.LatchTTL = d } }
+// latch) is not recognised. Default 10 s (0 keeps it); any other value must
+// be at least 1 ms (NewClient fails with ErrInvalidValue otherwise).
+func WithLatchTTL(d time.Duration) Option {
+	return func(c *core.Config) {
+		if d != 0 && d < time.Millisecond {
+			invalid(c, "WithLatchTTL", d, "the latch lifetime must be at least 1ms")
+			return
+		}
+		c.LatchTTL = d
+	}
+}
 
 // WithCleanupTimeout bounds the work done after a caller's context has
 // ended: Unlock with a dead context finishes its release within it. An
@@ -114,12 +160,30 @@ func WithLatchTTL(d time.Duration) Option { return func(c *core.Config) { c.Latc
 // voiding a request whose outcome is unknown) goes on in the background,
 // where what cannot be done now (Redis unreachable) is retried, and a wait
 // that ran out waits for it at most this bound. It also bounds the
-// releases Close makes. Default 2 s (0 keeps it).
-func WithCleanupTimeout(d time.Duration) Option { return func(c *core.Config) { c.CleanupTime = d } }
+// releases Close makes. Default 2 s (0 keeps it). A negative value is
+// refused (NewClient fails with ErrInvalidValue).
+func WithCleanupTimeout(d time.Duration) Option {
+	return func(c *core.Config) {
+		if d < 0 {
+			invalid(c, "WithCleanupTimeout", d, "the cleanup timeout must be positive (0 keeps the default)")
+			return
+		}
+		c.CleanupTime = d
+	}
+}
 
 // WithRenewBatch sets how many locks one renewal call covers. Default 100
-// (0 keeps it).
-func WithRenewBatch(n int) Option { return func(c *core.Config) { c.RenewBatch = n } }
+// (0 keeps it). A negative value is refused (NewClient fails with
+// ErrInvalidValue).
+func WithRenewBatch(n int) Option {
+	return func(c *core.Config) {
+		if n < 0 {
+			invalid(c, "WithRenewBatch", n, "a renewal call covers at least 1 lock (0 keeps the default)")
+			return
+		}
+		c.RenewBatch = n
+	}
+}
 
 // WithShardedPubSub makes the scripts publish with SPUBLISH and waiters
 // subscribe with SSUBSCRIBE (Redis 7+), or not. Default: on for a
@@ -166,8 +230,9 @@ func WithOutageBudget(d time.Duration) Option { return func(c *core.Config) { c.
 // a Sentinel-backed client, or any redis.UniversalClient), with any of
 // go-redis's settings: every call the locks make is bounded by its context
 // whether or not rdb has ContextTimeoutEnabled (see docs/design.md). It sends
-// nothing to Redis yet. A nil rdb, typed or not, and a nil option are
-// refused with ErrInvalidValue. Close does not close rdb.
+// nothing to Redis yet. A nil rdb, typed or not, a nil option and an
+// option given a value out of its range (each option's doc says which) are
+// refused with ErrInvalidValue, naming the option and the value. Close does not close rdb.
 func NewClient(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	var cfg core.Config
 	for i, o := range opts {
@@ -175,11 +240,6 @@ func NewClient(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidValue, i)
 		}
 		o(&cfg)
-	}
-	// the grace is counted in whole milliseconds: a positive one under
-	// 1 ms would be 0, which no option defines
-	if cfg.HeadGrace > 0 && cfg.HeadGrace < time.Millisecond {
-		return nil, fmt.Errorf("%w: head grace %v (need at least 1ms, or a negative value to turn it off)", ErrInvalidValue, cfg.HeadGrace)
 	}
 	s, err := core.NewSession(rdb, cfg)
 	if err != nil {

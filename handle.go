@@ -40,9 +40,33 @@ func (h *Handle) zero() bool { return h == nil || h.m == nil }
 type LockOption func(*core.LockConfig)
 
 // WithThreadID fixes the thread part of the owner id, for example to act as
-// the same owner as another process (as a Java thread id does). It must be
-// positive. By default each handle gets a fresh id.
-func WithThreadID(id int64) LockOption { return func(c *core.LockConfig) { c.ThreadID = id } }
+// the same owner as another process (as a Java thread id does). By
+// default each handle gets a fresh id. It must be positive: any other value
+// (0 included) makes New fail with ErrInvalidValue.
+func WithThreadID(id int64) LockOption {
+	return func(c *core.LockConfig) {
+		if id <= 0 && c.Invalid == nil {
+			c.Invalid = fmt.Errorf("%w: WithThreadID(%d): a thread id must be positive", ErrInvalidValue, id)
+			return
+		}
+		c.ThreadID = id
+	}
+}
+
+// checkArgs refuses a negative wait, a negative lease
+// and an explicit lease under core.MinLease, naming the call, the lock and
+// the value.
+func (h *Handle) checkArgs(call string, wait, lease time.Duration) error {
+	switch {
+	case wait < 0:
+		return fmt.Errorf("%w: %s on %q: wait %v is negative (a wait of 0 makes one attempt)",
+			ErrInvalidValue, call, h.m.Keys.Name, wait)
+	case lease < 0 || (lease > 0 && lease < core.MinLease):
+		return fmt.Errorf("%w: %s on %q: lease %v (a lease of 0 lets the watchdog keep the lock; an explicit lease is at least %v)",
+			ErrInvalidValue, call, h.m.Keys.Name, lease, core.MinLease)
+	}
+	return nil
+}
 
 func init() {
 	core.RegisterHandles(
@@ -105,21 +129,21 @@ func (h *Handle) Lock(ctx context.Context) error {
 }
 
 // LockWithLease is Lock with an explicit lease: the lock frees itself after
-// lease unless unlocked first, and no watchdog renews it. The lease is
-// required: 0 or a negative lease is refused (ErrInvalidValue; Lock is the
-// call whose lock the watchdog keeps), and so is a lease under 10 ms: no
-// reply could come back within it. A
-// re-entry of a hold the watchdog keeps sets the watchdog lease instead
-// (the watchdog keeps the hold until its last Unlock anyway). A re-entry of
-// an explicit-lease hold sets the new lease, longer or shorter, except on a
+// lease unless unlocked first, and no watchdog renews it. A lease of 0 is
+// Lock's (the watchdog keeps the lock), as in TryLockFor and Redisson's
+// lock(leaseTime). A negative lease, or one under 10 ms (no reply could
+// come back within it), is refused with ErrInvalidValue. A re-entry of a
+// hold the watchdog keeps sets the watchdog lease instead (the watchdog
+// keeps the hold until its last Unlock anyway). A re-entry of an
+// explicit-lease hold sets the new lease, longer or shorter, except on a
 // read-write lock (package rwlock), whose re-entry keeps the longer of the
 // hold's remaining lease and the new one.
 func (h *Handle) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if h.zero() {
 		return errZero
 	}
-	if lease <= 0 {
-		return fmt.Errorf("%w: lease %v", ErrInvalidValue, lease)
+	if err := h.checkArgs("LockWithLease", 0, lease); err != nil {
+		return err
 	}
 	_, err := h.m.Acquire(ctx, h.opts(core.Forever, lease))
 	return err
@@ -143,13 +167,12 @@ func (h *Handle) TryLock(ctx context.Context) (bool, error) {
 }
 
 // TryLockFor waits up to wait for the lock. A lease of 0 means the watchdog
-// keeps the lock (TryLockFor has no lease-less twin, unlike Lock and
-// LockWithLease); a positive lease, at least 10 ms, frees it after that
-// long; a negative wait or lease is refused (ErrInvalidValue). It reports
-// false with a nil error when the wait ran out. A fair lock queues for up
-// to wait, using wait as the wait slot (as Redisson's tryLock(wait, lease));
-// a wait of 0 uses the default slot and makes one queued attempt; when the
-// wait runs out it leaves the queue.
+// keeps the lock; a positive lease (at least 10 ms) frees it after that
+// long. It reports false with a nil error when the wait ran out. A fair
+// lock queues for up to wait, using wait as the wait slot (as Redisson's
+// tryLock(wait, lease)); a wait of 0 uses the default slot and makes one
+// queued attempt; when the wait runs out it leaves the queue. A negative
+// wait or lease is refused with ErrInvalidValue.
 //
 // The call returns within wait + one attempt timeout, whatever ctx is
 // (context.Background included). The attempt timeout is the go-redis
@@ -164,8 +187,8 @@ func (h *Handle) TryLockFor(ctx context.Context, wait, lease time.Duration) (boo
 	if h.zero() {
 		return false, errZero
 	}
-	if wait < 0 {
-		return false, fmt.Errorf("%w: wait %v", ErrInvalidValue, wait)
+	if err := h.checkArgs("TryLockFor", wait, lease); err != nil {
+		return false, err
 	}
 	return h.m.Acquire(ctx, h.opts(wait, lease))
 }
@@ -189,7 +212,7 @@ func (h *Handle) opts(wait, lease time.Duration) core.AcquireOpts {
 // lock, the head of the queue and the waiter behind it, and reentrant
 // waiters of the same name). It returns ErrNotHeld, changing nothing, when
 // this owner does not hold the lock (Redisson's fair lock replies success
-// when the lock is gone: H4). When ctx ends, before or during the call, it
+// when the lock is gone). When ctx ends, before or during the call, it
 // still runs to completion on a fresh context bounded by the client's
 // cleanup timeout (WithCleanupTimeout). A retry after a lost reply returns
 // the first outcome (Redisson's unlock latch). When Redis cannot be reached
@@ -325,13 +348,15 @@ func (h *FencedHandle) LockAndGetToken(ctx context.Context) (int64, error) {
 // LockAndGetTokenWithLease is LockAndGetToken with an explicit lease: the
 // lock frees itself after lease unless unlocked first, and no watchdog
 // renews it. (Redisson's lockAndGetToken(lease, unit) ignores its lease and
-// lets the watchdog keep the lock; here the lease is used.)
+// lets the watchdog keep the lock; here the lease is used.) Its leases are
+// LockWithLease's: 0 lets the watchdog keep the lock; a negative lease, or
+// one under 10 ms, is refused with ErrInvalidValue.
 func (h *FencedHandle) LockAndGetTokenWithLease(ctx context.Context, lease time.Duration) (int64, error) {
 	if h.zero() {
 		return 0, errZero
 	}
-	if lease <= 0 {
-		return 0, fmt.Errorf("%w: lease %v", ErrInvalidValue, lease)
+	if err := h.checkArgs("LockAndGetTokenWithLease", 0, lease); err != nil {
+		return 0, err
 	}
 	var token int64
 	o := h.opts(core.Forever, lease)
@@ -344,13 +369,14 @@ func (h *FencedHandle) LockAndGetTokenWithLease(ctx context.Context, lease time.
 
 // TryLockAndGetToken is TryLockFor, returning the fencing token: when it
 // acquired, ok is true and token is this acquisition's token; when the wait
-// ran out, ok is false with a nil error.
+// ran out, ok is false with a nil error. Its waits and leases are
+// TryLockFor's.
 func (h *FencedHandle) TryLockAndGetToken(ctx context.Context, wait, lease time.Duration) (token int64, ok bool, err error) {
 	if h.zero() {
 		return 0, false, errZero
 	}
-	if wait < 0 {
-		return 0, false, fmt.Errorf("%w: wait %v", ErrInvalidValue, wait)
+	if err := h.checkArgs("TryLockAndGetToken", wait, lease); err != nil {
+		return 0, false, err
 	}
 	o := h.opts(wait, lease)
 	o.Token = &token

@@ -122,14 +122,31 @@ func (c coreObserver) Observe(e core.Event) {
 // WithLongWaitAlert makes the observer get a LongWait event when an
 // acquisition has waited d and still waits (once per acquisition; Quartz
 // warns at 30 s). A timer runs per wait only when this is set and an
-// observer is set. 0, the default, turns it off.
-func WithLongWaitAlert(d time.Duration) Option { return func(c *core.Config) { c.LongWait = d } }
+// observer is set. 0, the default, turns it off; a negative d makes
+// NewClient fail with ErrInvalidValue.
+func WithLongWaitAlert(d time.Duration) Option {
+	return func(c *core.Config) {
+		if d < 0 {
+			invalid(c, "WithLongWaitAlert", d, "give a positive threshold, or 0 to turn the alert off")
+			return
+		}
+		c.LongWait = d
+	}
+}
 
 // WithLongHoldAlert makes the observer get a LongHold event when a hold has
 // lasted d and goes on (once per hold, from its first grant). A timer runs
 // per hold only when this is set and an observer is set. 0, the default,
-// turns it off.
-func WithLongHoldAlert(d time.Duration) Option { return func(c *core.Config) { c.LongHold = d } }
+// turns it off; a negative d makes NewClient fail with ErrInvalidValue.
+func WithLongHoldAlert(d time.Duration) Option {
+	return func(c *core.Config) {
+		if d < 0 {
+			invalid(c, "WithLongHoldAlert", d, "give a positive threshold, or 0 to turn the alert off")
+			return
+		}
+		c.LongHold = d
+	}
+}
 
 // Tracer starts a span around each acquisition (op "acquire": every Lock,
 // TryLock, TryLockFor, Acquire) and each release (op "release": Unlock,

@@ -19,9 +19,10 @@
 // next event that can change its place or free the lock, and the waiters
 // that must act next are woken (the new head after a take, the waiter
 // behind the head on a release); a caller is never pruned by its own call;
-// a head with no deadline is pruned instead of blocking the lock for ever
-// (H1); a waiter never polls in a loop (H2); unlocking a lock you do not hold
-// returns ErrNotHeld (H4).
+// a head with no deadline is pruned instead of blocking the lock for ever;
+// a waiter never polls in a loop; unlocking a lock you do not hold returns
+// ErrNotHeld (Redisson's fair lock does none of these three: docs/design.md
+// lists its hazards).
 //
 // A waiter can follow its place in the queue: Acquire with
 // AcquireOptions.Position reports, after each of its attempts, how many
@@ -101,7 +102,8 @@ func makeEngine(s *core.Session, k wire.Keys, cfg core.LockConfig) (core.Engine,
 
 // AcquireOptions are the general form of an acquisition.
 type AcquireOptions struct {
-	// Lease is the explicit lease; 0 lets the watchdog keep the lock.
+	// Lease is the explicit lease (at least 10 ms); 0 lets the watchdog
+	// keep the lock. A negative lease is refused with ErrInvalidValue.
 	Lease time.Duration
 	// Wait bounds the wait; Forever waits until ctx ends; 0 makes one
 	// queued attempt.
@@ -137,8 +139,14 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOptions) (bool, error) {
 	if m.m == nil {
 		return m.TryLock(ctx) // the zero Mutex's error
 	}
-	if o.Slot < 0 {
-		return false, fmt.Errorf("%w: wait slot %v", fairlock.ErrInvalidValue, o.Slot)
+	switch name := m.m.Keys.Name; {
+	case o.Slot < 0:
+		return false, fmt.Errorf("%w: Acquire on %q: wait slot %v is negative (0 takes the handle's)", fairlock.ErrInvalidValue, name, o.Slot)
+	case o.Wait < 0 && o.Wait != Forever:
+		return false, fmt.Errorf("%w: Acquire on %q: wait %v is negative (0 makes one attempt, Forever waits until ctx ends)", fairlock.ErrInvalidValue, name, o.Wait)
+	case o.Lease < 0 || (o.Lease > 0 && o.Lease < core.MinLease):
+		return false, fmt.Errorf("%w: Acquire on %q: lease %v (a lease of 0 lets the watchdog keep the lock; an explicit lease is at least %v)",
+			fairlock.ErrInvalidValue, name, o.Lease, core.MinLease)
 	}
 	slot := o.Slot
 	if slot == 0 {

@@ -649,7 +649,9 @@ func TestBadInput(t *testing.T) {
 	assert.True(t, errors.Is(err, fair.ErrInvalidValue), "%v", err)
 	_, err = m.TryLockFor(ctx, -time.Second, 0)
 	assert.True(t, errors.Is(err, fair.ErrInvalidValue), "%v", err)
-	assert.True(t, errors.Is(m.LockWithLease(ctx, 0), fair.ErrInvalidValue))
+	assert.True(t, errors.Is(m.LockWithLease(ctx, -time.Second), fair.ErrInvalidValue))
+	_, err = m.Acquire(ctx, fair.AcquireOptions{Wait: fair.Forever, Lease: -time.Second})
+	assert.True(t, errors.Is(err, fair.ErrInvalidValue), "%v", err)
 	assert.Empty(t, b.Mini.Keys())
 }
 

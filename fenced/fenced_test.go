@@ -115,8 +115,16 @@ func TestLeaseAndExpiry(t *testing.T) {
 		require.NoError(t, err)
 		assert.Greater(t, t2, t1, "the next owner's token is newer")
 		require.NoError(t, o.Unlock(ctx))
-		_, err = m.LockAndGetTokenWithLease(ctx, 0)
+		_, err = m.LockAndGetTokenWithLease(ctx, -time.Second)
 		assert.ErrorIs(t, err, fenced.ErrInvalidValue)
+		// Lease 0 is LockAndGetToken's: the watchdog keeps the lock.
+		t3, err := m.LockAndGetTokenWithLease(ctx, 0)
+		require.NoError(t, err)
+		assert.Greater(t, t3, t2)
+		left, err := m.RemainingLease(ctx)
+		require.NoError(t, err)
+		assert.Greater(t, left, 10*time.Second, "the watchdog's lease")
+		require.NoError(t, m.Unlock(ctx))
 	})
 }
 

@@ -158,13 +158,15 @@ func (l *MultiLock) Lock(ctx context.Context) error {
 // watchdog). Each member's lease starts at its own acquisition, so the
 // MultiLock's validity (ValidUntil) is the first member's; a member taken
 // earlier whose lease runs out before the last is taken makes the
-// acquisition start again. A lease under 10 ms is refused by the members.
+// acquisition start again. A lease of 0 is Lock's (the watchdog keeps
+// every member), as in TryLockFor; a negative lease is refused with
+// fairlock.ErrInvalidValue, and so is one under 10 ms, by the members.
 func (l *MultiLock) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if err := l.check(ctx); err != nil {
 		return err
 	}
-	if lease <= 0 {
-		return fmt.Errorf("%w: lease %v", fairlock.ErrInvalidValue, lease)
+	if lease < 0 {
+		return fmt.Errorf("%w: multi: LockWithLease: lease %v is negative (0 lets the watchdog keep every member)", fairlock.ErrInvalidValue, lease)
 	}
 	_, err := l.acquire(ctx, forever, 0, lease)
 	return err

@@ -72,10 +72,16 @@ func TestNewRefusesBadInput(t *testing.T) {
 	ctx := testCtx(t)
 	_, err = l.TryLockFor(ctx, -time.Second, 0)
 	require.ErrorIs(t, err, fairlock.ErrInvalidValue)
-	require.ErrorIs(t, l.LockWithLease(ctx, 0), fairlock.ErrInvalidValue)
+	require.ErrorIs(t, l.LockWithLease(ctx, -time.Second), fairlock.ErrInvalidValue)
 	//lint:ignore SA1012 a nil context is what is tested
 	require.ErrorIs(t, l.Lock(nil), fairlock.ErrInvalidValue) //nolint:staticcheck
 	require.ErrorIs(t, l.Unlock(ctx), fairlock.ErrNotHeld)
+	// Lease 0 is Lock's: the watchdog keeps every member.
+	require.NoError(t, l.LockWithLease(ctx, 0))
+	left, err := bb.RemainingLease(ctx)
+	require.NoError(t, err)
+	require.Greater(t, left, 10*time.Second, "the watchdog's lease")
+	require.NoError(t, l.Unlock(ctx))
 }
 
 // The canonical order is (slot, name, write half first), whatever the

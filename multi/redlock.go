@@ -162,13 +162,14 @@ func (r *RedLock) Lock(ctx context.Context) error {
 
 // LockWithLease is Lock with an explicit lease: the RedLock is valid for
 // lease − elapsed − drift from its winning round, and no watchdog renews it.
-// A lease under 10 ms is refused at once (fairlock.ErrInvalidValue).
+// A lease of 0 is Lock's (the watchdog lease), as in TryLockFor; a negative
+// lease, or one under 10 ms, is refused at once (fairlock.ErrInvalidValue).
 func (r *RedLock) LockWithLease(ctx context.Context, lease time.Duration) error {
 	if err := r.check(ctx); err != nil {
 		return err
 	}
-	if lease <= 0 {
-		return fmt.Errorf("%w: lease %v", fairlock.ErrInvalidValue, lease)
+	if lease < 0 {
+		return fmt.Errorf("%w: multi: RedLock.LockWithLease: lease %v is negative (0 is the watchdog lease)", fairlock.ErrInvalidValue, lease)
 	}
 	_, err := r.acquire(ctx, -1, lease)
 	return err

@@ -112,7 +112,7 @@ func NewSeats(c *fairlock.Client, names ...string) (*Seats, error) {
 	var venues []string
 	for i, n := range sorted {
 		if err := wire.ValidateName(n); err != nil {
-			return nil, err
+			return nil, core.Errorf(err, "seats")
 		}
 		if i > 0 && n == sorted[i-1] {
 			return nil, fmt.Errorf("%w: seat %q named twice", fairlock.ErrInvalidValue, n)
@@ -274,6 +274,7 @@ func (h *Seats) acquire(ctx context.Context, wait, lease time.Duration, position
 	if err != nil {
 		return nil, err
 	}
+	m.Label = strings.Join(h.names, ",") // errors name the seats, not the venue's key
 	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token, Position: positionhook.ToCore(position)})
 	if err != nil || !ok {
 		return nil, err

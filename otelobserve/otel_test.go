@@ -224,12 +224,13 @@ func TestTracerSpans(t *testing.T) {
 	}
 	parent.End()
 	type want struct {
-		name     string
-		acquired bool
-		status   codes.Code
+		name   string
+		key    attribute.Key // the outcome's attribute: lock.acquired, lock.released
+		ok     bool
+		status codes.Code
 	}
-	wants := []want{{"fairlock.acquire", true, codes.Unset}, {"fairlock.acquire", false, codes.Unset},
-		{"fairlock.release", false, codes.Error}, {"fairlock.release", true, codes.Unset}}
+	wants := []want{{"fairlock.acquire", "lock.acquired", true, codes.Unset}, {"fairlock.acquire", "lock.acquired", false, codes.Unset},
+		{"fairlock.release", "lock.released", false, codes.Error}, {"fairlock.release", "lock.released", true, codes.Unset}}
 	var got []tracetest.SpanStub
 	for _, s := range exp.GetSpans() {
 		if s.Name != "request" {
@@ -241,26 +242,21 @@ func TestTracerSpans(t *testing.T) {
 	}
 	for i, w := range wants {
 		s := got[i]
-		// an acquisition's outcome is lock.acquired, a release's
-		// lock.released; neither carries the other's
-		outcome := "lock.acquired"
-		if w.name == "fairlock.release" {
-			outcome = "lock.released"
-		}
-		acq := false
+		ok, has, other := false, false, false
 		name := ""
 		for _, kv := range s.Attributes {
 			switch kv.Key {
-			case attribute.Key(outcome):
-				acq = kv.Value.AsBool()
+			case w.key:
+				ok, has = kv.Value.AsBool(), true
 			case "lock.acquired", "lock.released":
-				t.Errorf("span %d (%s) carries %s", i, s.Name, kv.Key)
+				other = true // the other op's outcome: a release did not acquire
 			case "lock.name":
 				name = kv.Value.AsString()
 			}
 		}
-		if s.Name != w.name || acq != w.acquired || s.Status.Code != w.status || name != "seat:1" {
-			t.Errorf("span %d: %s acquired=%v status=%v name=%q, want %+v", i, s.Name, acq, s.Status.Code, name, w)
+		if s.Name != w.name || !has || other || ok != w.ok || s.Status.Code != w.status || name != "seat:1" {
+			t.Errorf("span %d: %s %s=%v (set %v, other outcome %v) status=%v name=%q, want %+v",
+				i, s.Name, w.key, ok, has, other, s.Status.Code, name, w)
 		}
 		if s.Parent.SpanID() != parent.SpanContext().SpanID() {
 			t.Errorf("span %d is not a child of the caller's span", i)

@@ -14,11 +14,10 @@ import (
 // "fairlock.acquire" around each acquisition and "fairlock.release" around
 // each release, child of the span in the caller's ctx, with the attributes
 // lock.kind, lock.name and lock.owner (span attributes make no time
-// series, so the name needs no mapping here), and the outcome:
-// lock.acquired on an acquisition's span (whether it got the lock),
-// lock.released on a release's (whether it succeeded). A call's error is
-// recorded on its span and sets its status to Error; an acquisition that
-// ran out of wait is not an error (lock.acquired=false).
+// series, so the name needs no mapping here); an acquisition's span also
+// carries lock.acquired (false when its wait ran out, which is not an
+// error), a release's lock.released (whether it released). A call's error
+// is recorded on its span and sets its status to Error.
 type Tracer struct {
 	t trace.Tracer
 }

@@ -57,7 +57,7 @@ func NewExpirable(c *fairlock.Client, name string) (*Expirable, error) {
 		return nil, fmt.Errorf("%w: nil client", fairlock.ErrInvalidValue)
 	}
 	if err := wire.ValidateName(name); err != nil {
-		return nil, err
+		return nil, core.Errorf(err, "")
 	}
 	s.RegisterKind(core.KindSemaphore, renewEach)
 	return &Expirable{s: s, name: name, k: wire.SemKeysFor(name)}, nil
@@ -140,7 +140,7 @@ func (e *Expirable) Acquire(ctx context.Context, n int, lease time.Duration) (*P
 // and follows Acquire's rules otherwise.
 func (e *Expirable) TryAcquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
 	if wait < 0 {
-		return nil, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, wait)
+		return nil, fmt.Errorf("%w: semaphore %q: wait %v is negative (a wait of 0 makes one attempt)", fairlock.ErrInvalidValue, e.name, wait)
 	}
 	return e.acquire(ctx, n, wait, lease)
 }
@@ -152,8 +152,8 @@ func (e *Expirable) acquire(ctx context.Context, n int, wait, lease time.Duratio
 	if err := e.check(ctx); err != nil {
 		return nil, err
 	}
-	if n <= 0 || lease < 0 {
-		return nil, fmt.Errorf("%w: %d permits, lease %v", fairlock.ErrInvalidValue, n, lease)
+	if err := checkAcquire(e.name, n, lease); err != nil {
+		return nil, err
 	}
 	if n > MaxAcquire {
 		return nil, fmt.Errorf("%w: %d permits in one acquisition (at most %d: each has an id)", fairlock.ErrInvalidValue, n, MaxAcquire)
@@ -623,4 +623,17 @@ func (e *Expirable) LeaseTime(ctx context.Context, id string) (time.Duration, er
 		return -1, nil
 	}
 	return time.Duration(ms) * time.Millisecond, nil
+}
+
+// checkAcquire refuses n < 1, a negative lease and an explicit lease under
+// core.MinLease, naming the semaphore and the value.
+func checkAcquire(name string, n int, lease time.Duration) error {
+	switch {
+	case n < 1:
+		return fmt.Errorf("%w: semaphore %q: %d permits asked (at least 1)", fairlock.ErrInvalidValue, name, n)
+	case lease < 0 || (lease > 0 && lease < core.MinLease):
+		return fmt.Errorf("%w: semaphore %q: lease %v (a lease of 0 lets the watchdog keep the permits; an explicit lease is at least %v)",
+			fairlock.ErrInvalidValue, name, lease, core.MinLease)
+	}
+	return nil
 }

@@ -57,7 +57,7 @@ func NewFair(c *fairlock.Client, name string) (*Fair, error) {
 		return nil, fmt.Errorf("%w: nil client", fairlock.ErrInvalidValue)
 	}
 	if err := wire.ValidateName(name); err != nil {
-		return nil, err
+		return nil, core.Errorf(err, "")
 	}
 	s.RegisterKind(core.KindFairSemaphore, renewFair)
 	return &Fair{s: s, name: name, k: wire.SemFairKeysFor(name)}, nil
@@ -144,7 +144,7 @@ const Forever = core.Forever
 // o.Wait ran out, and follows Acquire's rules otherwise.
 func (f *Fair) AcquireWith(ctx context.Context, n int, o AcquireOptions) (*Permit, error) {
 	if o.Wait < 0 && o.Wait != Forever {
-		return nil, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, o.Wait)
+		return nil, fmt.Errorf("%w: semaphore %q: wait %v is negative (0 makes one attempt, Forever waits until ctx ends)", fairlock.ErrInvalidValue, f.name, o.Wait)
 	}
 	return f.acquire(ctx, n, o.Wait, o.Lease, o.Position)
 }
@@ -164,7 +164,7 @@ func (f *Fair) AcquireWith(ctx context.Context, n int, o AcquireOptions) (*Permi
 // TryAcquire(wait 0) writes nothing to the queue.
 func (f *Fair) TryAcquire(ctx context.Context, n int, wait, lease time.Duration) (*Permit, error) {
 	if wait < 0 {
-		return nil, fmt.Errorf("%w: wait %v", fairlock.ErrInvalidValue, wait)
+		return nil, fmt.Errorf("%w: semaphore %q: wait %v is negative (a wait of 0 makes one attempt)", fairlock.ErrInvalidValue, f.name, wait)
 	}
 	return f.acquire(ctx, n, wait, lease, nil)
 }
@@ -176,8 +176,8 @@ func (f *Fair) acquire(ctx context.Context, n int, wait, lease time.Duration, po
 	if err := f.check(ctx); err != nil {
 		return nil, err
 	}
-	if n <= 0 || lease < 0 {
-		return nil, fmt.Errorf("%w: %d permits, lease %v", fairlock.ErrInvalidValue, n, lease)
+	if err := checkAcquire(f.name, n, lease); err != nil {
+		return nil, err
 	}
 	if err := countErr("permits", n); err != nil {
 		return nil, err
@@ -191,6 +191,7 @@ func (f *Fair) acquire(ctx context.Context, n int, wait, lease time.Duration, po
 	if err != nil {
 		return nil, err
 	}
+	m.Label = f.name // errors name the semaphore, not its holders key
 	ok, err := m.Acquire(ctx, core.AcquireOpts{Lease: lease, Wait: wait, Queue: queue, Token: &a.p.token, Position: positionhook.ToCore(position)})
 	if err != nil || !ok {
 		return nil, err

@@ -37,9 +37,10 @@ func (m *Mutex) Acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		sctx, end := t.Start(ctx, m.span("acquire"))
 		ok, err := m.acquire(sctx, o)
 		end(ok, err)
-		return ok, err
+		return ok, m.closed("acquire", err)
 	}
-	return m.acquire(ctx, o)
+	ok, err := m.acquire(ctx, o)
+	return ok, m.closed("acquire", err)
 }
 
 func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
@@ -648,7 +649,7 @@ func (q *acquisition) leave(err error) (bool, error) {
 	case userErr != nil:
 		return false, canceled(userErr)
 	case err != nil:
-		return false, fmt.Errorf("fairlock: acquire %q: %w", m.Keys.Name, err)
+		return false, Errorf(err, "acquire %q", m.userName())
 	}
 	return false, nil
 }

@@ -26,6 +26,10 @@ type Config struct {
 	LongHold time.Duration // report a hold lasting this long (LongHold event); 0: off
 	Tracer   Tracer        // starts a span around each acquisition and release (trace.go); nil: none, and no cost
 
+	// Invalid is the first option given an out-of-range value (the option
+	// names itself and the value); NewSession refuses it.
+	Invalid error
+
 	// Set only by tests, through the options below, when the client is
 	// made; never changed on a live session.
 	Scripts *wire.Scripts // the scripts the locks run; default wire.Default()
@@ -71,6 +75,9 @@ func (c *SkewedClock) Set(d time.Duration) { c.ms.Store(d.Milliseconds()) }
 func (c *SkewedClock) UnixMilli() int64 { return time.Now().UnixMilli() + c.ms.Load() }
 
 func (c *Config) fill() error {
+	if c.Invalid != nil {
+		return c.Invalid
+	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v

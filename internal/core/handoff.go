@@ -133,7 +133,7 @@ func (m *Mutex) claimNow(h *hold, leaseMs int64, until time.Time) {
 			return nil // released (or lost) meanwhile
 		}
 		if !held {
-			m.endLocked(h, fmt.Errorf("%w: %q: the lock was gone when its grant was claimed", ErrLost, m.Keys.Name))
+			m.endLocked(h, fmt.Errorf("%w: %q: the lock was gone when its grant was claimed", ErrLost, m.userName()))
 			return nil
 		}
 		h.leaseMs = leaseMs

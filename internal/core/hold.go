@@ -158,7 +158,7 @@ func (m *Mutex) expireLocked(h *hold) {
 	if h.watchdog {
 		why = "no renewal was confirmed before its lease ran out"
 	}
-	m.endLocked(h, fmt.Errorf("%w: %q: %s", ErrLost, m.Keys.Name, why))
+	m.endLocked(h, fmt.Errorf("%w: %q: %s", ErrLost, m.userName(), why))
 	m.giveBackLocked(h.leaseMs, h.validUntil.Add(Drift(time.Duration(h.leaseMs)*time.Millisecond)))
 }
 
@@ -244,7 +244,7 @@ func (h *hold) ValidUntil() time.Time {
 
 // Lost is the watchdog's report that h's lock is gone.
 func (h *hold) Lost(reason error) {
-	h.m.end(h, fmt.Errorf("%w: %q: %w", ErrLost, h.m.Keys.Name, reason))
+	h.m.end(h, fmt.Errorf("%w: %q: %w", ErrLost, h.m.userName(), reason))
 }
 
 // end finishes hold h (if still current) with err: nil for a release.

@@ -13,6 +13,7 @@ type LockConfig struct {
 	Slot     time.Duration // the fair lock's default wait slot; 0: the session's
 	SlotSet  bool          // Slot was given (it must then be at least 1 ms)
 	Engine   int           // the fair lock's engine (fair.Engine)
+	Invalid  error         // the first option given an out-of-range value; NewLock refuses it
 }
 
 // EngineMaker builds a lock's engine once its keys and options are known.
@@ -38,8 +39,11 @@ func NewLock[H any, O ~func(*LockConfig)](client any, name string, opts []O, e E
 		}
 		f(&cfg)
 	}
+	if cfg.Invalid != nil {
+		return zero, nil, cfg.Invalid
+	}
 	if cfg.SlotSet && cfg.Slot < time.Millisecond {
-		return zero, nil, fmt.Errorf("%w: wait slot %v (must be at least 1ms)", ErrInvalidValue, cfg.Slot)
+		return zero, nil, fmt.Errorf("%w: fair.WithWaitSlot(%v): the wait slot must be at least 1ms", ErrInvalidValue, cfg.Slot)
 	}
 	s := Of(client)
 	m, err := newMutex(s, name, cfg.ThreadID)

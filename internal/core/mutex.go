@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +44,9 @@ type Mutex struct {
 	Queue bool
 	// Slot is the fair lock's default wait slot; 0: the session's.
 	Slot time.Duration
+	// Label is the name the user gave, when it is not Keys.Name (a
+	// primitive whose hold is named by an internal key); errors name it.
+	Label string
 	// ReentryKeepsLonger: this kind's re-entry sets the key's TTL to
 	// max(TTL, lease) (the read-write lock's halves), so a re-entry with a
 	// shorter lease never shortens the hold: its validity stays the longer
@@ -104,7 +108,7 @@ func newMutex(s *Session, name string, threadID int64) (*Mutex, error) {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidValue)
 	}
 	if err := wire.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("fairlock: %w", err)
+		return nil, Errorf(err, "")
 	}
 	if threadID < 0 {
 		return nil, fmt.Errorf("%w: negative thread id %d", ErrInvalidValue, threadID)
@@ -368,4 +372,41 @@ func (m *Mutex) unlockArgs(leaseMs int64) wire.Args {
 		Owner: m.Owner, LeaseMs: leaseMs, RequestID: RequestID(),
 		LatchMs: m.S.Config.LatchTTL.Milliseconds(), GraceMs: m.S.GraceMs(), PubCmd: m.S.PubCmd(),
 	}
+}
+
+// userName is the lock's name as the user gave it, for errors.
+func (m *Mutex) userName() string {
+	if m.Label != "" {
+		return m.Label
+	}
+	return m.Keys.Name
+}
+
+// prefixedErr reads "fairlock: <context>: <err>" with err's own "fairlock: "
+// prefix dropped, so that the whole reads as one sentence with one prefix,
+// and matches err.
+type prefixedErr struct {
+	msg string
+	err error
+}
+
+func (e *prefixedErr) Error() string { return e.msg }
+func (e *prefixedErr) Unwrap() error { return e.err }
+
+// Errorf wraps err as prefixedErr, after the context format (none when "").
+func Errorf(err error, format string, args ...any) error {
+	msg := "fairlock: "
+	if format != "" {
+		msg += fmt.Sprintf(format, args...) + ": "
+	}
+	return &prefixedErr{msg: msg + strings.TrimPrefix(err.Error(), "fairlock: "), err: err}
+}
+
+// closed names the lock in a bare ErrClosed (one that says only "client
+// closed"); any other err is returned as it is.
+func (m *Mutex) closed(op string, err error) error {
+	if err == ErrClosed {
+		return Errorf(err, "%s %q", op, m.userName())
+	}
+	return err
 }

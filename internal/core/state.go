@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -20,7 +19,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	a := wire.Args{NowMs: m.S.WallMs(), GraceMs: m.S.GraceMs(), PubCmd: m.S.PubCmd()}
 	ok, err := call(ctx, func(ctx context.Context) (bool, error) { return m.E.ForceUnlock(ctx, a) })
 	if err != nil {
-		return false, fmt.Errorf("fairlock: force unlock %q: %w", m.Keys.Name, err)
+		return false, Errorf(err, "force unlock %q", m.userName())
 	}
 	m.mu.Lock()
 	h := m.cur

@@ -25,9 +25,9 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		sctx, end := t.Start(ctx, m.span("release"))
 		err := m.unlock(sctx)
 		end(err == nil, err)
-		return err
+		return m.closed("unlock", err)
 	}
-	return m.unlock(ctx)
+	return m.closed("unlock", m.unlock(ctx))
 }
 
 func (m *Mutex) unlock(ctx context.Context) error {
@@ -65,10 +65,10 @@ func (m *Mutex) unlock(ctx context.Context) error {
 	case err == nil:
 		err = m.unlocked(h, res)
 	case isScriptError(err):
-		err = fmt.Errorf("fairlock: unlock %q: %w", m.Keys.Name, err)
+		err = Errorf(err, "unlock %q", m.userName())
 	default:
 		m.unconfirmed(h, a, err)
-		err = fmt.Errorf("fairlock: unlock %q not confirmed (it is retried in the background): %w", m.Keys.Name, err)
+		err = Errorf(err, "unlock %q not confirmed (it is retried in the background)", m.userName())
 	}
 	if obs {
 		m.unlockDone(h)
@@ -127,7 +127,7 @@ func (m *Mutex) unconfirmed(h *hold, a wire.Args, cause error) {
 		m.giveBackFrom(a, time.Now(), h, 1)
 		return
 	}
-	m.endLocked(h, fmt.Errorf("%w: %q: the unlock was not confirmed (%w); the release is retried in the background", ErrLost, m.Keys.Name, cause))
+	m.endLocked(h, fmt.Errorf("%w: %q: the unlock was not confirmed (%w); the release is retried in the background", ErrLost, m.userName(), cause))
 	m.giveBackFrom(a, time.Now(), h, allCounts)
 }
 
@@ -160,12 +160,12 @@ func (m *Mutex) unlocked(h *hold, res wire.UnlockResult) error {
 		return nil
 	}
 	if h != nil {
-		m.end(h, fmt.Errorf("%w: %q: not held at unlock", ErrLost, m.Keys.Name))
+		m.end(h, fmt.Errorf("%w: %q: not held at unlock", ErrLost, m.userName()))
 	}
 	if m.S.Closed() {
 		return ErrClosed
 	}
-	return fmt.Errorf("%w: %q by %s", ErrNotHeld, m.Keys.Name, m.Owner)
+	return fmt.Errorf("%w: %q by %s", ErrNotHeld, m.userName(), m.Owner)
 }
 
 // released ends hold h after Redis confirmed its release. The lock was held
@@ -207,7 +207,7 @@ func (m *Mutex) closeHold(ctx context.Context) {
 	if h != nil {
 		leaseMs = h.leaseMs
 	}
-	m.endLocked(h, fmt.Errorf("%w: %q: the client was closed while the lock was held", ErrClosed, m.Keys.Name))
+	m.endLocked(h, fmt.Errorf("%w: %q: the client was closed while the lock was held", ErrClosed, m.userName()))
 	m.mu.Unlock()
 	if h == nil {
 		return

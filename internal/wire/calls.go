@@ -53,9 +53,9 @@ func acquireErr(err error) error {
 	case err == nil:
 		return nil
 	case strings.Contains(err.Error(), "acquisition request abandoned"):
-		return errors.Join(ErrAbandoned, err)
+		return marked(ErrAbandoned, err)
 	case strings.Contains(err.Error(), "already granted and its hold is over"):
-		return errors.Join(ErrGrantOver, err)
+		return marked(ErrGrantOver, err)
 	}
 	return mixed(err)
 }
@@ -84,7 +84,7 @@ func markErr(err error, own []errMarker) error {
 	for _, ms := range [2][]errMarker{own, latchMarkers} {
 		for _, m := range ms {
 			if strings.Contains(msg, m.marker) {
-				return &markedErr{mark: m.err, reply: err}
+				return marked(m.err, err)
 			}
 		}
 	}
@@ -92,23 +92,25 @@ func markErr(err error, own []errMarker) error {
 }
 
 // markedErr is a script's error reply recognised as one of our errors: it
-// matches both (errors.Is, errors.As) and reads as one sentence, the
-// reply's own text when it already says what the mark says (the scripts
-// reply with the mark's text, details added), the mark's followed by the
-// reply's otherwise.
-type markedErr struct {
-	mark, reply error
-}
+// matches both (errors.Is, errors.As) and reads as one line without the
+// "fairlock: " prefix (the caller's wrapping gives it once): the reply's
+// text when one of our scripts wrote it (it says more than the error:
+// "asked for 3 permits, the pool has 1"), the error's with Redis's reply
+// otherwise (WRONGTYPE ...).
+type markedErr struct{ known, reply error }
+
+func marked(known, reply error) error { return &markedErr{known, reply} }
 
 func (e *markedErr) Error() string {
+	k := strings.TrimPrefix(e.known.Error(), "fairlock: ")
 	r := strings.TrimPrefix(e.reply.Error(), "ERR ")
-	if strings.Contains(r, e.mark.Error()) {
-		return r
+	if ours, ok := strings.CutPrefix(r, "fairlock: "); ok {
+		return ours
 	}
-	return e.mark.Error() + ": " + r
+	return k + " (" + r + ")"
 }
 
-func (e *markedErr) Unwrap() []error { return []error{e.mark, e.reply} }
+func (e *markedErr) Unwrap() []error { return []error{e.known, e.reply} }
 
 // UnlockResult is the outcome of an unlock script.
 type UnlockResult int

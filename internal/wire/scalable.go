@@ -111,7 +111,7 @@ func mixed(err error) error {
 	}
 	for _, m := range mixedMarkers {
 		if strings.Contains(err.Error(), m) {
-			return errors.Join(ErrMixedEngines, err)
+			return marked(ErrMixedEngines, err)
 		}
 	}
 	return err

@@ -119,8 +119,13 @@ func Report(w io.Writer, rs []*Result, firstGrants int) {
 	}
 	row("lock keys left behind", func(r *Result) string { return fmt.Sprint(len(r.Leftover)) })
 	b.WriteString(`
+who:        c<client>g<goroutine>: c2g3 is goroutine 3 of client 2 (each client
+            is one fairlock.Client, each goroutine books with its own handle).
 arrival:    the order in which bookings' first lock attempts ran in Redis (taken
             one at a time, so exact); grant: the order the lock was granted.
+lock grants: one per seat booked, plus one for each goroutine still waiting
+            when the last seat sold: it gets the lock, finds no seat, and stops
+            (so up to one more per goroutine than seats).
 inversions: pairs of bookings granted in the opposite order of their arrival.
 out of turn: grants made while an earlier arrival was still waiting.
 queue order: after each queued arrival the fair queue was read and had to list
@@ -213,6 +218,8 @@ inversions: pairs of grants naming a common seat, granted in the opposite
 double:     a seat whose holder record (HSETNX while held) or booking was
             already another's: two holders at once.
 gave up:    acquisitions still waiting after --give-up; the buyer chose again.
+grants:     every acquisition that got its seats, including those that then
+            found a seat sold (the next row) and booked nothing.
 `)
 	lines := strings.Split(b.String(), "\n")
 	for i, l := range lines {

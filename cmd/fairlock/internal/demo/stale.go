@@ -260,6 +260,8 @@ func ReportStale(w io.Writer, r *StaleResult) {
 		}
 		fmt.Fprintf(&b, "%-7s %6d %9s %9s %11s %9s   %s\n", s.Who, s.Token, dur(s.Granted), paused, lease, dur(s.Wrote), outcome)
 	}
+	b.WriteString("(granted, lease ended, wrote: time since the run started; paused: how long the\n")
+	b.WriteString("booker's goroutine was stopped while it held the lock; -: did not happen)\n")
 	fmt.Fprintf(&b, "\nseat %s is booked by %s (token %d)\n", r.Seat, r.FinalHolder, r.FinalToken)
 	if a, ok := r.Step("A"); ok && !a.Result.Accepted {
 		b.WriteString("A's late write was refused by the fence; without it, A would have replaced B's booking.\n")

@@ -33,12 +33,12 @@ const (
 	chartColW     = 560 // one lock kind's column
 	chartMarginX  = 20
 	chartPlotL    = 70  // plot's left edge, from the column's
-	chartPlotW    = 440 // both plots' width; the scatter is square
+	chartPlotW    = 380 // both plots' width; the scatter is square
 	chartScatterT = 144
-	chartHistT    = 682
-	chartHistH    = 190
-	chartHeight   = 974
-	chartHistBins = 40 // at most
+	chartHistT    = 624
+	chartHistH    = 170
+	chartHeight   = 900 // with the width (1160 for two kinds), fits a 1200 x 900 window
+	chartHistBins = 40  // at most
 )
 
 // svgEl is one SVG element of the chart.
@@ -144,7 +144,7 @@ func WriteSVG(w io.Writer, rs []*Result, info ChartInfo) error {
 	d.text(chartMarginX, chartHeight-38, "note", "",
 		"arrival: the order in which bookings' first lock attempts ran in Redis (taken one at a time, so exact);")
 	d.text(chartMarginX, chartHeight-22, "note", "",
-		"grant: the order the lock (or permit) was granted; wait: from just before Lock was called to its return.")
+		"grant: the order the lock (or permit) was granted; wait: from just before Lock (Acquire for a permit) was called to its return.")
 	return svgTmpl.Execute(w, d)
 }
 
@@ -242,7 +242,7 @@ func (d *svgDoc) scatter(x0 float64, r *Result) {
 			Class: class, Kind: r.Kind, Arrival: p.arrival, Grant: p.grant,
 			Title: fmt.Sprintf("%s: arrival %d, grant %d, %s waited %s", r.Kind, p.arrival, p.grant, p.b.Who, dur(p.b.Wait))})
 	}
-	xl := "arrival rank (1 = first to call Lock)"
+	xl := "arrival rank (1 = first to call " + lockCall(r) + ")"
 	if stride > 1 {
 		xl += fmt.Sprintf("; one grant in %d drawn", stride)
 	}
@@ -333,7 +333,7 @@ func (d *svgDoc) histogram(x0 float64, r *Result, bb waitBinning) {
 	}
 	d.line(left, top+h, left+w, top+h, "axis")
 	d.line(left, top, left, top+h, "axis")
-	d.text(left+w/2, top+h+38, "", "middle", "wait ("+uname+"), from calling Lock to its return")
+	d.text(left+w/2, top+h+38, "", "middle", "wait ("+uname+"), from calling "+lockCall(r)+" to its return")
 	d.Els = append(d.Els, svgEl{Tag: "text", X: left - 44, Y: top + h/2, Anchor: "middle", Rotate: true, Text: "grants"})
 }
 
@@ -410,4 +410,13 @@ func rankTicks(n int) []int {
 		}
 	}
 	return ts
+}
+
+// lockCall is the call a booking of r waits in: Acquire for a semaphore's
+// permit (--permits), Lock otherwise.
+func lockCall(r *Result) string {
+	if r.Permits > 0 {
+		return "Acquire"
+	}
+	return "Lock"
 }

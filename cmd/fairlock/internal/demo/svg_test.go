@@ -177,3 +177,44 @@ func TestNiceStepAndTicks(t *testing.T) {
 	assert.Equal(t, []int{1, 50, 100, 150, 200}, rankTicks(216))
 	assert.Equal(t, []int{1, 2, 3}, rankTicks(3))
 }
+
+// The chart fits a 1200 x 900 window with every text inside it, and a
+// --permits chart names the call its bookings wait in (Acquire), not Lock.
+func TestWriteSVGFitsAndNamesTheCall(t *testing.T) {
+	fair := history(Fair, []int{1, 2, 3}, []int{1, 2, 3})
+	unfair := history(Reentrant, []int{2, 1, 3}, []int{1, 2, 3})
+	semA := history(FairSemaphore, []int{1, 2, 3}, []int{1, 2, 3})
+	semA.Permits = 3
+	for _, rs := range [][]*Result{{fair, unfair}, {semA}} {
+		var buf bytes.Buffer
+		require.NoError(t, WriteSVG(&buf, rs, ChartInfo{Subtitle: "sub"}))
+		var doc struct {
+			W     int `xml:"width,attr"`
+			H     int `xml:"height,attr"`
+			Texts []struct {
+				Y    float64 `xml:"y,attr"`
+				Text string  `xml:",chardata"`
+			} `xml:"text"`
+		}
+		require.NoError(t, xml.Unmarshal(buf.Bytes(), &doc))
+		assert.LessOrEqual(t, doc.W, 1200, rs[0].Kind)
+		assert.LessOrEqual(t, doc.H, 900, rs[0].Kind)
+		call := "Lock"
+		if rs[0].Permits > 0 {
+			call = "Acquire"
+		}
+		var axis bool
+		for _, tx := range doc.Texts {
+			assert.Less(t, tx.Y, float64(doc.H)-4, "text %q below the chart", tx.Text)
+			if strings.HasPrefix(tx.Text, "arrival rank") {
+				axis = true
+				assert.Contains(t, tx.Text, "first to call "+call, rs[0].Kind)
+			}
+			if rs[0].Permits > 0 {
+				assert.NotContains(t, tx.Text, "call Lock")
+				assert.NotContains(t, tx.Text, "calling Lock")
+			}
+		}
+		assert.True(t, axis, "no x-axis label")
+	}
+}
