@@ -502,8 +502,15 @@ func TestRestartWhenAnEarlierMemberExpires(t *testing.T) {
 		require.True(t, l.ValidUntil().After(start.Add(2*time.Second)), "the first member was taken again after the restart")
 		held, err := l.IsHeld(ctx)
 		require.NoError(t, err)
-		require.True(t, held)
-		require.NoError(t, l.Unlock(ctx))
+		if time.Now().Before(l.ValidUntil()) {
+			require.True(t, held)
+		}
+		// The members' lease is 1 s: on a loaded machine it may run out
+		// before the Unlock, which then reports the hold gone.
+		if err := l.Unlock(ctx); err != nil {
+			require.ErrorIs(t, err, fairlock.ErrNotHeld)
+			require.False(t, time.Now().Before(l.ValidUntil()), "an Unlock within the validity failed: %v", err)
+		}
 	})
 }
 
