@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/fairlock-go/fairlock/etcd/internal/embedded"
+
 	"bytes"
 	"context"
 	"errors"
@@ -12,9 +14,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func embedded(t *testing.T) *Embedded {
+func startEtcd(t *testing.T) *embedded.Server {
 	t.Helper()
-	e, err := StartEmbedded(false)
+	e, err := embedded.Start(false)
 	if err != nil {
 		t.Fatalf("embedded etcd: %v", err)
 	}
@@ -31,7 +33,7 @@ func smallConfig(endpoint string, kinds ...string) Config {
 // etcd: no overlap, every seat booked once, no key left; the fair lock (and
 // etcd's mutex, FIFO by create revision too) grants in arrival order.
 func TestDemoOnEmbeddedEtcd(t *testing.T) {
-	e := embedded(t)
+	e := startEtcd(t)
 	c := smallConfig(e.Endpoint, KindFair, KindEtcdMutex)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -100,7 +102,7 @@ func (l noLock) close()                       {}
 // TestDemoCatchesBrokenLock: a lock that excludes nobody and leaves its
 // keys is caught by the run's checks (overlap, double booking, leftover).
 func TestDemoCatchesBrokenLock(t *testing.T) {
-	e := embedded(t)
+	e := startEtcd(t)
 	n := 0
 	testLocker = func(kind string, cli *clientv3.Client, prefix string) locker {
 		n++
@@ -180,7 +182,7 @@ func TestCommand(t *testing.T) {
 // returns the context's error and leaves no key and no lease of its run
 // behind, under either lock.
 func TestInterruptedDemoLeavesNoKeys(t *testing.T) {
-	e := embedded(t)
+	e := startEtcd(t)
 	cli, err := newEtcdClient(e.Endpoint)
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +234,7 @@ func TestInterruptedDemoLeavesNoKeys(t *testing.T) {
 // TestUnreachableEtcd: an endpoint where nothing listens is an error within
 // the reach timeout (plus slack), not a hang.
 func TestUnreachableEtcd(t *testing.T) {
-	port, err := freePort()
+	port, err := embedded.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@
 package main
 
 import (
+	"github.com/fairlock-go/fairlock/etcd/internal/embedded"
+
 	"context"
 	"errors"
 	"flag"
@@ -84,7 +86,7 @@ func run1(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	desc := *endpoint
 	if *endpoint == "" {
-		e, err := StartEmbedded(*fsync)
+		e, err := embedded.Start(*fsync)
 		if err != nil {
 			return bad("embedded etcd: %v", err)
 		}

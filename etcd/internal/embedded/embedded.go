@@ -1,4 +1,6 @@
-package main
+// Package embedded starts a one-member etcd in the process, on loopback
+// ports, for the demo and the runnable examples (no server needed).
+package embedded
 
 import (
 	"fmt"
@@ -10,15 +12,16 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
-// Embedded is a one-member etcd on loopback ports, its data in a temporary
+// Server is a one-member etcd on loopback ports, its data in a temporary
 // directory removed by Close.
-type Embedded struct {
+type Server struct {
 	Endpoint string
 	e        *embed.Etcd
 	dir      string
 }
 
-func freePort() (int, error) {
+// FreePort is a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
@@ -29,10 +32,10 @@ func freePort() (int, error) {
 
 // StartEmbedded starts the member; fsync false turns off the fsync of its
 // write-ahead log (etcd's --unsafe-no-fsync).
-func StartEmbedded(fsync bool) (*Embedded, error) {
+func Start(fsync bool) (*Server, error) {
 	var last error
 	for range 5 { // a free port can be taken between probe and bind
-		s, err := startEmbedded(fsync)
+		s, err := start(fsync)
 		if err == nil {
 			return s, nil
 		}
@@ -41,20 +44,20 @@ func StartEmbedded(fsync bool) (*Embedded, error) {
 	return nil, last
 }
 
-func startEmbedded(fsync bool) (*Embedded, error) {
+func start(fsync bool) (*Server, error) {
 	dir, err := os.MkdirTemp("", "fairlock-etcd-demo-")
 	if err != nil {
 		return nil, err
 	}
-	fail := func(err error) (*Embedded, error) {
+	fail := func(err error) (*Server, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	cp, err := freePort()
+	cp, err := FreePort()
 	if err != nil {
 		return fail(err)
 	}
-	pp, err := freePort()
+	pp, err := FreePort()
 	if err != nil {
 		return fail(err)
 	}
@@ -83,11 +86,11 @@ func startEmbedded(fsync bool) (*Embedded, error) {
 		e.Close()
 		return fail(fmt.Errorf("embedded etcd not ready within 60 s"))
 	}
-	return &Embedded{Endpoint: fmt.Sprintf("127.0.0.1:%d", cp), e: e, dir: dir}, nil
+	return &Server{Endpoint: fmt.Sprintf("127.0.0.1:%d", cp), e: e, dir: dir}, nil
 }
 
 // Close stops the member and removes its data.
-func (s *Embedded) Close() {
+func (s *Server) Close() {
 	s.e.Close()
 	_ = os.RemoveAll(s.dir)
 }
