@@ -285,6 +285,27 @@ func (m *Mutex) HoldCount() int {
 	return 0
 }
 
+// checkLive ends the current hold at once when its validity has passed
+// (the session's, or an explicit lease's end), so Done and Err never tell a
+// hold valid after its validity, however late the monitor runs.
+func (m *Mutex) checkLive() {
+	m.mu.Lock()
+	h := m.last
+	live := h != nil && !h.ended
+	m.mu.Unlock()
+	if !live {
+		return
+	}
+	h.sess.expireIfPast()
+	if h.sess.ended() {
+		m.endHold(h, h.sess.reason())
+		return
+	}
+	if !h.end.IsZero() && !time.Now().Before(h.end) {
+		m.endHold(h, fmt.Errorf("%w: etcd: %q: the explicit lease ran out", fairlock.ErrLost, m.name))
+	}
+}
+
 // Done returns a channel closed when this handle's current hold ends: the
 // last Unlock, or its loss (the key was deleted: the lease was revoked or
 // expired; the lease's validity passed with no keep-alive confirmed; an
@@ -294,6 +315,7 @@ func (m *Mutex) Done() <-chan struct{} {
 	if m.zero() {
 		return closedChan
 	}
+	m.checkLive()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.last == nil {
@@ -309,6 +331,7 @@ func (m *Mutex) Err() error {
 	if m.zero() {
 		return errZero
 	}
+	m.checkLive()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.last == nil {
