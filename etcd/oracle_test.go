@@ -239,3 +239,190 @@ func TestSemaphoreAgainstWeighted(t *testing.T) {
 	}
 	t.Logf("%d requests, history:\n%s", next, strings.Join(trace, "\n"))
 }
+
+// The read-write lock against the seed's rule, stated over the arrival
+// sequence alone: a read waits only for the writes that arrived before it,
+// a write for every request that arrived before it.
+
+// seedBlockers lists the requests (indices into the arrival sequence;
+// writes[i] says whether request i writes) that request j waits for.
+func seedBlockers(writes []bool, j int) []int {
+	var b []int
+	for i := range j {
+		if writes[j] || writes[i] {
+			b = append(b, i)
+		}
+	}
+	return b
+}
+
+// seedGranted is the rule's prediction: after the arrivals writes and the
+// releases released, the requests that have the lock (or had it): those
+// whose every blocker has released. Any two of them not yet released may
+// be held together (both reads, by construction).
+func seedGranted(writes []bool, released map[int]bool) map[int]bool {
+	g := map[int]bool{}
+	for j := range writes {
+		ok := true
+		for _, i := range seedBlockers(writes, j) {
+			if !released[i] {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			g[j] = true
+		}
+	}
+	return g
+}
+
+func TestSeedRuleFunction(t *testing.T) {
+	// W0 R1 R2 W3 R4: with nothing released only W0 holds; after W0, R1
+	// and R2 together; W3 after both; R4 only after W3.
+	w := []bool{true, false, false, true, false}
+	steps := []struct {
+		released []int
+		want     string
+	}{
+		{nil, "[0]"},
+		{[]int{0}, "[0 1 2]"},
+		{[]int{0, 1}, "[0 1 2]"},
+		{[]int{0, 1, 2}, "[0 1 2 3]"},
+		{[]int{0, 1, 2, 3}, "[0 1 2 3 4]"},
+	}
+	for _, s := range steps {
+		rel := map[int]bool{}
+		for _, i := range s.released {
+			rel[i] = true
+		}
+		if got := setString(seedGranted(w, rel)); got != s.want {
+			t.Fatalf("released %v: granted %s, want %s", s.released, got, s.want)
+		}
+	}
+}
+
+// TestRWMutexAgainstSeedRule replays random sequences of reads, writes
+// and releases (seed logged) on the etcd read-write lock, each request on
+// its own handle, in arrival order (the next request starts after this
+// one has queued or was granted); after each step the set of granted
+// requests must be the rule's prediction.
+func TestRWMutexAgainstSeedRule(t *testing.T) {
+	e := newEnv(t)
+	seed := uint64(time.Now().UnixNano())
+	if v, err := strconv.ParseUint(os.Getenv("FAIRLOCK_ETCD_SEED"), 10, 64); err == nil {
+		seed = v
+	}
+	t.Logf("seed %d (FAIRLOCK_ETCD_SEED replays it)", seed)
+	r := rand.New(rand.NewPCG(seed, 1))
+	clients := []*Client{e.client(""), e.client("")}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		id  int
+		err error
+	}
+	grants := make(chan result, 256)
+	var writes []bool
+	handle := map[int]*Mutex{}
+	granted, released := map[int]bool{}, map[int]bool{}
+	var trace []string
+	take := func(res result) {
+		if res.err != nil {
+			t.Fatalf("request %d: %v", res.id, res.err)
+		}
+		granted[res.id] = true
+	}
+	compare := func(step string) {
+		t.Helper()
+		want := seedGranted(writes, released)
+		trace = append(trace, fmt.Sprintf("%s -> rule %s", step, setString(want)))
+		deadline := time.After(10 * time.Second)
+		for len(granted) < len(want) {
+			select {
+			case res := <-grants:
+				take(res)
+			case <-deadline:
+				t.Fatalf("etcd granted %s, the rule %s; history:\n%s", setString(granted), setString(want), strings.Join(trace, "\n"))
+			}
+		}
+		settle := time.After(150 * time.Millisecond)
+		for done := false; !done; {
+			select {
+			case res := <-grants:
+				take(res)
+			case <-settle:
+				done = true
+			}
+		}
+		if setString(granted) != setString(want) {
+			t.Fatalf("etcd granted %s, the rule %s; history:\n%s", setString(granted), setString(want), strings.Join(trace, "\n"))
+		}
+	}
+	kind := map[bool]string{true: "W", false: "R"}
+	acquire := func(id int, write bool) {
+		l, err := clients[id%2].NewRWMutex("oracle")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := l.ReadLock()
+		if write {
+			m = l.WriteLock()
+		}
+		handle[id] = m
+		writes = append(writes, write)
+		queued := make(chan struct{})
+		go func() {
+			joined := false
+			_, err := m.Acquire(ctx, AcquireOptions{Wait: Forever, Position: func(fairlock.Position) {
+				if !joined {
+					joined = true
+					close(queued)
+				}
+			}})
+			grants <- result{id, err}
+		}()
+		select {
+		case <-queued:
+		case res := <-grants:
+			take(res)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("request %d neither queued nor granted", id)
+		}
+		compare(fmt.Sprintf("%s%d arrives", kind[write], id))
+	}
+	release := func(id int) {
+		if err := handle[id].Unlock(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		released[id] = true
+		compare(fmt.Sprintf("%s%d releases", kind[writes[id]], id))
+	}
+	held := func() []int {
+		var ids []int
+		for id := range granted {
+			if !released[id] {
+				ids = append(ids, id)
+			}
+		}
+		sort.Ints(ids)
+		return ids
+	}
+	next := 0
+	for range 40 {
+		h := held()
+		if len(h) == 0 || r.IntN(100) < 55 {
+			acquire(next, r.IntN(3) == 0) // a third writes
+			next++
+		} else {
+			release(h[r.IntN(len(h))])
+		}
+	}
+	for len(held()) > 0 {
+		release(held()[0])
+	}
+	if len(granted) != next {
+		t.Fatalf("%d of %d requests granted after every release; history:\n%s", len(granted), next, strings.Join(trace, "\n"))
+	}
+	t.Logf("%d requests, history:\n%s", next, strings.Join(trace, "\n"))
+}
