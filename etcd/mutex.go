@@ -310,7 +310,10 @@ func (m *Mutex) checkLive() {
 // last Unlock, or its loss (the key was deleted: the lease was revoked or
 // expired; the lease's validity passed with no keep-alive confirmed; an
 // explicit lease ran out), or Client.Close. Err says which. Already closed
-// when the handle holds nothing.
+// when the handle holds nothing. Done and Err check the validity at the
+// call: once ValidUntil has passed they tell the loss even if the
+// background keep-alive has not run since (a process resumed after a
+// pause), so a check made before acting is never late.
 func (m *Mutex) Done() <-chan struct{} {
 	if m.zero() {
 		return closedChan
