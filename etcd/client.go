@@ -302,6 +302,26 @@ func (s *session) end(err error) {
 	})
 }
 
+// expireIfPast ends the session now when its validity has passed (the
+// keep-alive goroutine would end it too, but only when it next runs: after
+// a pause of the process, a check must not get there first and be told the
+// hold is still valid). The lease is given back in the background.
+func (s *session) expireIfPast() {
+	s.mu.Lock()
+	valid, ended := s.valid, s.err != nil
+	s.mu.Unlock()
+	if ended || time.Now().Before(valid) {
+		return
+	}
+	s.end(fmt.Errorf("%w: etcd: lease %x not confirmed within its TTL (validity passed at %s)",
+		fairlock.ErrLost, int64(s.id), valid.Format(time.RFC3339Nano)))
+	go func() {
+		ctx, cancel := s.c.cleanupCtx(nil)
+		defer cancel()
+		_, _ = s.c.cli.Revoke(ctx, s.id)
+	}()
+}
+
 func (s *session) reason() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

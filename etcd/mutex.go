@@ -285,15 +285,40 @@ func (m *Mutex) HoldCount() int {
 	return 0
 }
 
+// checkLive ends the current hold at once when its validity has passed
+// (the session's, or an explicit lease's end), so Done and Err never tell a
+// hold valid after its validity, however late the monitor runs.
+func (m *Mutex) checkLive() {
+	m.mu.Lock()
+	h := m.last
+	live := h != nil && !h.ended
+	m.mu.Unlock()
+	if !live {
+		return
+	}
+	h.sess.expireIfPast()
+	if h.sess.ended() {
+		m.endHold(h, h.sess.reason())
+		return
+	}
+	if !h.end.IsZero() && !time.Now().Before(h.end) {
+		m.endHold(h, fmt.Errorf("%w: etcd: %q: the explicit lease ran out", fairlock.ErrLost, m.name))
+	}
+}
+
 // Done returns a channel closed when this handle's current hold ends: the
 // last Unlock, or its loss (the key was deleted: the lease was revoked or
 // expired; the lease's validity passed with no keep-alive confirmed; an
 // explicit lease ran out), or Client.Close. Err says which. Already closed
-// when the handle holds nothing.
+// when the handle holds nothing. Done and Err check the validity at the
+// call: once ValidUntil has passed they tell the loss even if the
+// background keep-alive has not run since (a process resumed after a
+// pause), so a check made before acting is never late.
 func (m *Mutex) Done() <-chan struct{} {
 	if m.zero() {
 		return closedChan
 	}
+	m.checkLive()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.last == nil {
@@ -309,6 +334,7 @@ func (m *Mutex) Err() error {
 	if m.zero() {
 		return errZero
 	}
+	m.checkLive()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.last == nil {
