@@ -32,7 +32,7 @@
 -- (removed) by the next script that runs on the semaphore, and a script
 -- that reclaims wakes the front of the queue, as a release does.
 
-local HOLDERS, LEASES, PERMITS, QUEUE, WANTS
+local HOLDERS, LEASES, PERMITS, QUEUE, WANTS, GRACE_KEY
 local RES_NOTES = false -- fair_common.lua's wake_front: plain wake-ups
 local NOW       -- the server clock, Unix ms
 local POOL      -- the pool, nil when not set
@@ -134,7 +134,7 @@ end
 -- anything (sem_guard; see docs/design.md). Returns an error reply, or
 -- nil.
 local function sem_init(holders, leases, permits, queue, wants, grace_key, token, checked)
-    HOLDERS, LEASES, PERMITS, QUEUE, WANTS = holders, leases, permits, queue, wants
+    HOLDERS, LEASES, PERMITS, QUEUE, WANTS, GRACE_KEY = holders, leases, permits, queue, wants, grace_key
     local t = redis.call('time')
     NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     if checked then
@@ -237,13 +237,67 @@ local function sem_want_drop(owner)
     WANT[owner] = nil
 end
 
--- sem_tidy, at the end of a script: an empty queue keeps no asks (one that
--- a queue reset left behind included). The DEL is skipped when the hash
--- is known to be absent.
-local function sem_tidy()
+-- SEM_KEEP: how long the holders, leases, queue and asks keys outlive the
+-- last moment any of their entries matters (docs/design.md, "Key
+-- lifetimes"): the default latch lifetime, so that no copy of a call in
+-- flight finds its owner's entries gone before its latch. Less than
+-- fair_common.lua's GRACE_MARGIN (see sem_expire).
+local SEM_KEEP = 10000
+
+-- sem_keep gives key the life until the instant ends + SEM_KEEP (deleted
+-- when that has passed: its entries mean nothing any more).
+local function sem_keep(key, ends)
+    local ms = ends + SEM_KEEP - NOW
+    if ms > 0 then
+        redis.call('pexpire', key, int_str(ms))
+    else
+        redis.call('del', key)
+    end
+end
+
+-- sem_expire gives the holders and the leases the latest lease end plus
+-- SEM_KEEP, and the queue and the asks the tail's deadline (the latest:
+-- each waiter's is its predecessor's plus its slot) or the end of the
+-- head's grace (the grace key's PTTL less grace_margin), whichever is
+-- later, plus SEM_KEEP. Each is a function of the entries and the grace
+-- key alone (not of when the script ran): the grace key outlives the
+-- grace by grace_margin > SEM_KEEP, so it is still there when the queue's
+-- end comes. After every client is gone (no release, no leave) the keys
+-- end by themselves; a live client's next call or renewal moves the end
+-- on. The pool and the token counter are the semaphore itself: never
+-- given a TTL here.
+local function sem_expire(grace_margin)
+    local last = nil
+    for _, s in pairs(LEASE) do
+        if not last or s > last then
+            last = s
+        end
+    end
+    if last and last < math.huge then
+        sem_keep(HOLDERS, last)
+        sem_keep(LEASES, last)
+    end
+    local tail, td = q_tail()
+    if tail and td then
+        local ends = td
+        local g = redis.call('pttl', GRACE_KEY)
+        if g > 0 then
+            ends = math.max(ends, NOW + g - grace_margin)
+        end
+        sem_keep(QUEUE, ends)
+        sem_keep(WANTS, ends)
+    end
+end
+
+-- sem_tidy(GRACE_MARGIN), at the end of every script that writes: an
+-- empty queue keeps no asks (one that a queue reset left behind included;
+-- the DEL is skipped when the hash is known to be absent), and every key
+-- with entries gets its bounded life (sem_expire).
+local function sem_tidy(grace_margin)
     if not q_front() and not WANTS_NONE then
         redis.call('del', WANTS)
     end
+    sem_expire(grace_margin)
 end
 
 -- The resource interface (res_lock.lua).

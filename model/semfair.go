@@ -94,12 +94,58 @@ func (s *SemFair) Clone() *SemFair {
 	return &c
 }
 
-// Advance drops what expires by itself by now: latches, and the grace
-// key GraceMargin after its grace. Holders stay until an operation
-// reclaims them.
+// SemKeep is how long the fair semaphore's holders, leases, queue and asks
+// keys outlive the last moment any of their entries matters (res_sem.lua's
+// SEM_KEEP), in ms.
+const SemKeep int64 = 10_000
+
+// HoldersEnd is when the holders and leases keys expire: the latest lease
+// end plus SemKeep (ok false: nobody holds, no key).
+func (s *SemFair) HoldersEnd() (end int64, ok bool) {
+	for _, e := range s.Leases {
+		if !ok || e > end {
+			end, ok = e, true
+		}
+	}
+	return end + SemKeep, ok
+}
+
+// QueueEnd is when the queue and asks keys expire: the tail's deadline
+// (the latest) or the end of the head's grace, whichever is later, plus
+// SemKeep (ok false: nobody queued). The grace key outlives the grace by
+// GraceMargin > SemKeep, so the answer does not change when it goes.
+func (s *SemFair) QueueEnd() (end int64, ok bool) {
+	if len(s.Queue) == 0 {
+		return 0, false
+	}
+	end, ok = s.Deadlines[s.Queue[len(s.Queue)-1]]
+	if !ok {
+		return 0, false // no deadline (damage): the script sets no TTL
+	}
+	if s.GraceOwner != "" {
+		end = max(end, s.GraceEnd)
+	}
+	return end + SemKeep, true
+}
+
+// Advance drops what expires by itself by now: latches, the grace key
+// GraceMargin after its grace, and the holders, leases, queue and asks
+// keys SemKeep after the last moment their entries matter (HoldersEnd,
+// QueueEnd: after every client is gone without a release, nothing of the
+// semaphore but the pool and the token is left). A holder whose lease
+// ended stays until an operation reclaims it or its key expires.
 func (s *SemFair) Advance(now int64) {
 	for _, m := range []map[string]SemLatch{s.Acquires, s.Releases} {
 		maps.DeleteFunc(m, func(_ string, l SemLatch) bool { return l.ExpiresAt <= now })
+	}
+	if end, ok := s.HoldersEnd(); ok && end <= now {
+		clear(s.Holders)
+		clear(s.Leases)
+	}
+	if end, ok := s.QueueEnd(); ok && end <= now {
+		s.Queue = nil
+		clear(s.Wants)
+		clear(s.Deadlines)
 	}
 	if s.GraceOwner != "" && s.GraceEnd+GraceMargin <= now {
 		s.clearGrace()
