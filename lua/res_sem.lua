@@ -237,17 +237,20 @@ local function sem_want_drop(owner)
     WANT[owner] = nil
 end
 
--- SEM_KEEP: how long the holders, leases, queue and asks keys outlive the
--- last moment any of their entries matters (docs/design.md, "Key
--- lifetimes"): the default latch lifetime, so that no copy of a call in
--- flight finds its owner's entries gone before its latch. Less than
--- fair_common.lua's GRACE_MARGIN (see sem_expire).
+-- SEM_KEEP: how long the holders and leases keys outlive the last lease
+-- end (docs/design.md, "Key lifetimes"): the default latch lifetime, so
+-- that no copy of a call in flight finds its owner's entries gone before
+-- its latch. SEM_QUEUE_KEEP: how long the queue and asks keys outlive the
+-- last moment a waiter is known to matter: longer than a live waiter's
+-- sleep past it (a client sleeps at most its lease, 30 s by default, when
+-- no lease will end).
 local SEM_KEEP = 10000
+local SEM_QUEUE_KEEP = 60000
 
--- sem_keep gives key the life until the instant ends + SEM_KEEP (deleted
--- when that has passed: its entries mean nothing any more).
+-- sem_keep gives key the life until the instant ends (deleted when that
+-- has passed: its entries mean nothing any more).
 local function sem_keep(key, ends)
-    local ms = ends + SEM_KEEP - NOW
+    local ms = ends - NOW
     if ms > 0 then
         redis.call('pexpire', key, int_str(ms))
     else
@@ -256,48 +259,53 @@ local function sem_keep(key, ends)
 end
 
 -- sem_expire gives the holders and the leases the latest lease end plus
--- SEM_KEEP, and the queue and the asks the tail's deadline (the latest:
--- each waiter's is its predecessor's plus its slot) or the end of the
--- head's grace (the grace key's PTTL less grace_margin), whichever is
--- later, plus SEM_KEEP. Each is a function of the entries and the grace
--- key alone (not of when the script ran): the grace key outlives the
--- grace by grace_margin > SEM_KEEP, so it is still there when the queue's
--- end comes. After every client is gone (no release, no leave) the keys
--- end by themselves; a live client's next call or renewal moves the end
--- on. The pool and the token counter are the semaphore itself: never
--- given a TTL here.
-local function sem_expire(grace_margin)
+-- SEM_KEEP (a function of the entries alone; the renewal moves it), and
+-- the queue and the asks, when anyone is queued, SEM_QUEUE_KEEP past the
+-- latest of: the tail's deadline (the latest: each waiter's is its
+-- predecessor's plus its slot), the end of the head's grace (the grace
+-- key's PTTL less grace_margin), the latest lease end (a waiter sleeps at
+-- most until the next lease end) and now plus this call's grace (grace;
+-- <= 0: off). A waiter is not pruned while it is not the head, whatever
+-- its deadline, so a live waiter's next call, within its sleep, must find
+-- the queue: every call moves the end on. After every client is gone (no
+-- release, no leave) the keys end by themselves. The pool and the token
+-- counter are the semaphore itself: never given a TTL here.
+local function sem_expire(grace_margin, grace)
     local last = nil
     for _, s in pairs(LEASE) do
         if not last or s > last then
             last = s
         end
     end
-    if last and last < math.huge then
-        sem_keep(HOLDERS, last)
-        sem_keep(LEASES, last)
+    if last == math.huge then
+        last = nil -- damage: no TTL rather than a wrong one
+    end
+    if last then
+        sem_keep(HOLDERS, last + SEM_KEEP)
+        sem_keep(LEASES, last + SEM_KEEP)
     end
     local tail, td = q_tail()
     if tail and td then
-        local ends = td
+        local ends = math.max(td, NOW + math.max(0, grace or 0), last or td)
         local g = redis.call('pttl', GRACE_KEY)
         if g > 0 then
             ends = math.max(ends, NOW + g - grace_margin)
         end
-        sem_keep(QUEUE, ends)
-        sem_keep(WANTS, ends)
+        sem_keep(QUEUE, ends + SEM_QUEUE_KEEP)
+        sem_keep(WANTS, ends + SEM_QUEUE_KEEP)
     end
 end
 
--- sem_tidy(GRACE_MARGIN), at the end of every script that writes: an
--- empty queue keeps no asks (one that a queue reset left behind included;
--- the DEL is skipped when the hash is known to be absent), and every key
--- with entries gets its bounded life (sem_expire).
-local function sem_tidy(grace_margin)
+-- sem_tidy(GRACE_MARGIN, grace), at the end of every script that writes
+-- (grace: the call's head grace): an empty queue keeps no asks (one that
+-- a queue reset left behind included; the DEL is skipped when the hash is
+-- known to be absent), and every key with entries gets its bounded life
+-- (sem_expire).
+local function sem_tidy(grace_margin, grace)
     if not q_front() and not WANTS_NONE then
         redis.call('del', WANTS)
     end
-    sem_expire(grace_margin)
+    sem_expire(grace_margin, grace)
 end
 
 -- The resource interface (res_lock.lua).
