@@ -32,7 +32,7 @@
 -- (removed) by the next script that runs on the semaphore, and a script
 -- that reclaims wakes the front of the queue, as a release does.
 
-local HOLDERS, LEASES, PERMITS, QUEUE, WANTS
+local HOLDERS, LEASES, PERMITS, QUEUE, WANTS, GRACE_KEY
 local RES_NOTES = false -- fair_common.lua's wake_front: plain wake-ups
 local NOW       -- the server clock, Unix ms
 local POOL      -- the pool, nil when not set
@@ -134,7 +134,7 @@ end
 -- anything (sem_guard; see docs/design.md). Returns an error reply, or
 -- nil.
 local function sem_init(holders, leases, permits, queue, wants, grace_key, token, checked)
-    HOLDERS, LEASES, PERMITS, QUEUE, WANTS = holders, leases, permits, queue, wants
+    HOLDERS, LEASES, PERMITS, QUEUE, WANTS, GRACE_KEY = holders, leases, permits, queue, wants, grace_key
     local t = redis.call('time')
     NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     if checked then
@@ -237,13 +237,75 @@ local function sem_want_drop(owner)
     WANT[owner] = nil
 end
 
--- sem_tidy, at the end of a script: an empty queue keeps no asks (one that
--- a queue reset left behind included). The DEL is skipped when the hash
--- is known to be absent.
-local function sem_tidy()
+-- SEM_KEEP: how long the holders and leases keys outlive the last lease
+-- end (docs/design.md, "Key lifetimes"): the default latch lifetime, so
+-- that no copy of a call in flight finds its owner's entries gone before
+-- its latch. SEM_QUEUE_KEEP: how long the queue and asks keys outlive the
+-- last moment a waiter is known to matter: longer than a live waiter's
+-- sleep past it (a client sleeps at most its lease, 30 s by default, when
+-- no lease will end).
+local SEM_KEEP = 10000
+local SEM_QUEUE_KEEP = 60000
+
+-- sem_keep gives key the life until the instant ends (deleted when that
+-- has passed: its entries mean nothing any more).
+local function sem_keep(key, ends)
+    local ms = ends - NOW
+    if ms > 0 then
+        redis.call('pexpire', key, int_str(ms))
+    else
+        redis.call('del', key)
+    end
+end
+
+-- sem_expire gives the holders and the leases the latest lease end plus
+-- SEM_KEEP (a function of the entries alone; the renewal moves it), and
+-- the queue and the asks, when anyone is queued, SEM_QUEUE_KEEP past the
+-- latest of: the tail's deadline (the latest: each waiter's is its
+-- predecessor's plus its slot), the end of the head's grace (the grace
+-- key's PTTL less grace_margin), the latest lease end (a waiter sleeps at
+-- most until the next lease end) and now plus this call's grace (grace;
+-- <= 0: off). A waiter is not pruned while it is not the head, whatever
+-- its deadline, so a live waiter's next call, within its sleep, must find
+-- the queue: every call moves the end on. After every client is gone (no
+-- release, no leave) the keys end by themselves. The pool and the token
+-- counter are the semaphore itself: never given a TTL here.
+local function sem_expire(grace_margin, grace)
+    local last = nil
+    for _, s in pairs(LEASE) do
+        if not last or s > last then
+            last = s
+        end
+    end
+    if last == math.huge then
+        last = nil -- damage: no TTL rather than a wrong one
+    end
+    if last then
+        sem_keep(HOLDERS, last + SEM_KEEP)
+        sem_keep(LEASES, last + SEM_KEEP)
+    end
+    local tail, td = q_tail()
+    if tail and td then
+        local ends = math.max(td, NOW + math.max(0, grace or 0), last or td)
+        local g = redis.call('pttl', GRACE_KEY)
+        if g > 0 then
+            ends = math.max(ends, NOW + g - grace_margin)
+        end
+        sem_keep(QUEUE, ends + SEM_QUEUE_KEEP)
+        sem_keep(WANTS, ends + SEM_QUEUE_KEEP)
+    end
+end
+
+-- sem_tidy(GRACE_MARGIN, grace), at the end of every script that writes
+-- (grace: the call's head grace): an empty queue keeps no asks (one that
+-- a queue reset left behind included; the DEL is skipped when the hash is
+-- known to be absent), and every key with entries gets its bounded life
+-- (sem_expire).
+local function sem_tidy(grace_margin, grace)
     if not q_front() and not WANTS_NONE then
         redis.call('del', WANTS)
     end
+    sem_expire(grace_margin, grace)
 end
 
 -- The resource interface (res_lock.lua).

@@ -368,6 +368,50 @@ local function prune_all()
     end
 end
 
+-- SEATS_KEEP: how long the venue's keys outlive the last moment any of
+-- their entries matters (docs/design.md, "Key lifetimes"), ms: longer
+-- than a live waiter's sleep past it (a grace).
+local SEATS_KEEP = 60000
+
+-- seats_expire, at the end of every script that writes (finish_all):
+-- the venue's six keys (holds, leases, seat, req, queue, grace) end
+-- SEATS_KEEP after the latest of: the latest lease end, the latest grace
+-- end, now plus this call's grace when anyone is queued (a live waiter
+-- calls again within its sleep, at most a lease left, a grace left or one
+-- grace), and now. seats_renew.lua moves the end with the lease it moves.
+-- After every client is gone (no release, no leave) the keys end by
+-- themselves; the token counter is the venue's: never given a TTL.
+local function seats_expire()
+    local ends = S_NOW
+    local last = redis.call('zrange', S_LEASES, -1, -1, 'withscores')
+    if last[2] then
+        ends = math.max(ends, tonumber(last[2]) or ends)
+    end
+    local keys = {S_HOLDS, S_LEASES, S_SEAT, S_REQ, S_QUEUE, S_GRACE}
+    if not S_GRACE_NONE then
+        -- a grace key of another type (damage a script that does not need
+        -- the graces leaves alone) is neither read nor given a TTL
+        local g = redis.pcall('hvals', S_GRACE)
+        if g.err then
+            keys[6] = nil
+        else
+            for _, v in ipairs(g) do
+                ends = math.max(ends, tonumber((string.gsub(v, '^%+', ''))) or ends)
+            end
+        end
+    end
+    if redis.call('exists', S_QUEUE) == 1 then
+        ends = math.max(ends, S_NOW + S_GRACE_MS)
+    end
+    local ms = ends + SEATS_KEEP - S_NOW
+    if ms < math.huge then
+        ms = int_str(ms)
+        for _, k in ipairs(keys) do
+            redis.call('pexpire', k, ms)
+        end
+    end
+end
+
 local function wake_once(o)
     if o and o ~= '' and o ~= S_CALLER and not S_WOKEN[o] then
         S_WOKEN[o] = true
@@ -404,6 +448,7 @@ local function finish_all()
             end
         end
     end
+    seats_expire()
 end
 
 -- seats_reply: how long caller o, not granted, may sleep: the least, over

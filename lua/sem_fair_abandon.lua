@@ -50,5 +50,5 @@ if give then
     sem_drop(owner)
 end
 finish(nil, head0, second0, give or RECLAIMED, grace)
-sem_tidy()
+sem_tidy(GRACE_MARGIN, grace)
 return granted and 1 or 0

@@ -125,7 +125,7 @@ if held then
     local token = fair_token(KEYS[7], true)
     latch_grant(KEYS[9], ARGV[5], token)
     finish(owner, head0, second0, RECLAIMED, grace)
-    sem_tidy()
+    sem_tidy(GRACE_MARGIN, grace)
     return {1, token}
 end
 local caller, joined = nil, 0
@@ -138,7 +138,7 @@ if queue then
     end
 end
 local sleep = reply(owner, NOW, grace, finish(caller, head0, second0, RECLAIMED, grace))
-sem_tidy()
+sem_tidy(GRACE_MARGIN, grace)
 if queue and ARGV[9] == '1' then
     return {0, sleep, q_ahead(owner), joined}
 end

@@ -36,5 +36,5 @@ sem_reclaim()
 local head, head0, second0 = begin()
 prune(nil, NOW, head, grace)
 finish(nil, head0, second0, pool > old or RECLAIMED, grace)
-sem_tidy()
+sem_tidy(GRACE_MARGIN, grace)
 return pool

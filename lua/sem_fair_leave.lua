@@ -29,5 +29,5 @@ local was = q_queued(owner)
 q_remove(owner, wait)
 sem_want_drop(owner)
 finish(nil, head0, second0, RECLAIMED, grace)
-sem_tidy()
+sem_tidy(GRACE_MARGIN, grace)
 return was and 1 or 0

@@ -52,5 +52,5 @@ if tonumber(ARGV[2]) > 0 then
     redis.call('set', KEYS[9], result, 'px', ARGV[2])
 end
 finish(nil, head0, second0, result == 1 or RECLAIMED, grace)
-sem_tidy()
+sem_tidy(GRACE_MARGIN, grace)
 return result

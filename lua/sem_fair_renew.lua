@@ -14,7 +14,9 @@
 -- never cuts a lease short, since the waiters' sleeps were bounded by the
 -- old end); 0 when it does not (never granted, released, or the lease
 -- ended: a renewal does not revive it); -1 when a key of pair i holds
--- another type (that pair only; nothing written for it).
+-- another type (that pair only; nothing written for it). A renewal that
+-- moves a lease end moves the two keys' end with it (the latest lease end
+-- plus 10 s, as res_sem.lua's sem_expire).
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
@@ -31,6 +33,14 @@ for i = 1, #ARGV - 1 do
     elseif held == 1 and score and tonumber(score) > now then
         if now + lease > tonumber(score) then
             redis.call('zadd', leases, now + lease, owner)
+            -- the two keys live until the latest lease end plus 10 s
+            -- (res_sem.lua's sem_expire, SEM_KEEP)
+            local last = redis.call('zrange', leases, -1, -1, 'withscores')
+            local ms = tonumber(last[2]) + 10000 - now
+            if ms > 0 and ms < math.huge then
+                redis.call('pexpire', holders, string.format('%d', ms))
+                redis.call('pexpire', leases, string.format('%d', ms))
+            end
         end
         out[i] = 1
     else

@@ -39,13 +39,17 @@ import (
 // seats of every waiter it removes; that order is the order of the
 // wake-ups. Every instant is the server's clock in ms.
 type Seats struct {
-	Holds    map[string]int64      // holder -> number of seats
-	Leases   map[string]int64      // holder -> lease end
-	Seat     map[string]string     // seat -> holder
-	Req      map[string][]string   // owner (queued or holding) -> its seats
-	Queues   map[string][]string   // seat -> its queue, head first
-	Grace    map[string]SeatsGrace // ready waiter -> its grace
-	Token    int64
+	Holds  map[string]int64      // holder -> number of seats
+	Leases map[string]int64      // holder -> lease end
+	Seat   map[string]string     // seat -> holder
+	Req    map[string][]string   // owner (queued or holding) -> its seats
+	Queues map[string][]string   // seat -> its queue, head first
+	Grace  map[string]SeatsGrace // ready waiter -> its grace
+	Token  int64
+	// KeysEnd is when the venue's six keys (all but the token) expire
+	// (0: not set): SeatsKeep after the last moment their entries matter,
+	// set by every operation that writes and moved on by a renewal.
+	KeysEnd  int64
 	Acquires map[string]SemLatch // acquisition request id -> latch
 	Releases map[string]SemLatch // release request id -> latch
 	Woken    []string            // owners woken, in order
@@ -87,11 +91,22 @@ func (s *Seats) Clone() *Seats {
 	return &c
 }
 
-// Advance drops the latches that expired by now. Holds stay until an
-// operation reclaims them.
+// Advance drops the latches that expired by now, and every entry of the
+// venue's keys once they end (KeysEnd: after every client is gone without
+// a release or a leave, only the token is left). A hold whose lease ended
+// stays until an operation reclaims it or the keys end.
 func (s *Seats) Advance(now int64) {
 	for _, m := range []map[string]SemLatch{s.Acquires, s.Releases} {
 		maps.DeleteFunc(m, func(_ string, l SemLatch) bool { return l.ExpiresAt <= now })
+	}
+	if s.KeysEnd != 0 && s.KeysEnd <= now {
+		clear(s.Holds)
+		clear(s.Leases)
+		clear(s.Seat)
+		clear(s.Req)
+		clear(s.Queues)
+		clear(s.Grace)
+		s.KeysEnd = 0
 	}
 }
 
@@ -256,6 +271,32 @@ func (op *seatsOp) finish() {
 			}
 		}
 	}
+	op.expire()
+}
+
+// SeatsKeep is how long a venue's keys outlive the last moment any of
+// their entries matters (seats_common.lua's SEATS_KEEP), in ms.
+const SeatsKeep int64 = 60_000
+
+// expire, at the end of every operation that writes: the venue's keys end
+// SeatsKeep after the latest of the latest lease end, the latest grace end,
+// now plus the operation's grace when anyone is queued (a live waiter
+// calls again within its sleep), and now.
+func (op *seatsOp) expire() {
+	s := op.s
+	end := op.now
+	for _, e := range s.Leases {
+		end = max(end, e)
+	}
+	for _, g := range s.Grace {
+		end = max(end, g.End)
+	}
+	for _, q := range s.Queues {
+		if len(q) > 0 {
+			end = max(end, op.now+op.grace)
+		}
+	}
+	s.KeysEnd = end + SeatsKeep
 }
 
 // reply is the sleep bound of caller o (not granted).
@@ -437,7 +478,10 @@ func (s *Seats) Renew(now int64, owner string, lease int64) bool {
 	if !s.Holding(owner, now) {
 		return false
 	}
-	s.Leases[owner] = max(s.Leases[owner], now+lease)
+	if now+lease > s.Leases[owner] {
+		s.Leases[owner] = now + lease
+		s.KeysEnd = max(s.KeysEnd, now+lease+SeatsKeep)
+	}
 	return true
 }
 

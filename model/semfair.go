@@ -52,10 +52,13 @@ type SemFair struct {
 	GraceOwner  string
 	GraceEnd    int64 // the grace ends; the key lives GraceMargin more
 	GraceSecond bool
-	Token       int64
-	Acquires    map[string]SemLatch // acquisition request id -> latch
-	Releases    map[string]SemLatch // release request id -> latch
-	Woken       []string            // owners woken, in order
+	// QueueKeysEnd is when the queue and asks keys expire (0: not set);
+	// see QueueEnd.
+	QueueKeysEnd int64
+	Token        int64
+	Acquires     map[string]SemLatch // acquisition request id -> latch
+	Releases     map[string]SemLatch // release request id -> latch
+	Woken        []string            // owners woken, in order
 }
 
 // SemLatch is an acquisition latch (State "held", "void", "void:held"; Token
@@ -94,12 +97,78 @@ func (s *SemFair) Clone() *SemFair {
 	return &c
 }
 
-// Advance drops what expires by itself by now: latches, and the grace
-// key GraceMargin after its grace. Holders stay until an operation
-// reclaims them.
+// SemKeep is how long the fair semaphore's holders and leases keys outlive
+// the last lease end, SemQueueKeep how long its queue and asks keys outlive
+// the last moment a waiter is known to matter (res_sem.lua's SEM_KEEP and
+// SEM_QUEUE_KEEP), in ms.
+const (
+	SemKeep      int64 = 10_000
+	SemQueueKeep int64 = 60_000
+)
+
+// HoldersEnd is when the holders and leases keys expire: the latest lease
+// end plus SemKeep (ok false: nobody holds, no key).
+func (s *SemFair) HoldersEnd() (end int64, ok bool) {
+	for _, e := range s.Leases {
+		if !ok || e > end {
+			end, ok = e, true
+		}
+	}
+	return end + SemKeep, ok
+}
+
+// QueueEnd is when the queue and asks keys expire (ok false: nobody
+// queued, no key): set by every operation that writes (queueEnd).
+func (s *SemFair) QueueEnd() (end int64, ok bool) {
+	if len(s.Queue) == 0 || s.QueueKeysEnd == 0 {
+		return 0, false
+	}
+	return s.QueueKeysEnd, true
+}
+
+// queueEnd, at the end of an operation that writes (grace: its head
+// grace): SemQueueKeep past the latest of the tail's deadline, the end of
+// the head's grace, the latest lease end and now plus the grace; 0 when
+// nobody is queued (or the tail has no deadline: damage, no TTL).
+func (op *semOp) queueEnd(grace int64) {
+	s := op.s
+	s.QueueKeysEnd = 0
+	if len(s.Queue) == 0 {
+		return
+	}
+	end, ok := s.Deadlines[s.Queue[len(s.Queue)-1]]
+	if !ok {
+		return
+	}
+	end = max(end, op.now+max(0, grace))
+	for _, e := range s.Leases {
+		end = max(end, e)
+	}
+	if s.GraceOwner != "" {
+		end = max(end, s.GraceEnd)
+	}
+	s.QueueKeysEnd = end + SemQueueKeep
+}
+
+// Advance drops what expires by itself by now: latches, the grace key
+// GraceMargin after its grace, and the holders, leases, queue and asks
+// keys SemKeep after the last moment their entries matter (HoldersEnd,
+// QueueEnd: after every client is gone without a release, nothing of the
+// semaphore but the pool and the token is left). A holder whose lease
+// ended stays until an operation reclaims it or its key expires.
 func (s *SemFair) Advance(now int64) {
 	for _, m := range []map[string]SemLatch{s.Acquires, s.Releases} {
 		maps.DeleteFunc(m, func(_ string, l SemLatch) bool { return l.ExpiresAt <= now })
+	}
+	if end, ok := s.HoldersEnd(); ok && end <= now {
+		clear(s.Holders)
+		clear(s.Leases)
+	}
+	if end, ok := s.QueueEnd(); ok && end <= now {
+		s.Queue = nil
+		clear(s.Wants)
+		clear(s.Deadlines)
+		s.QueueKeysEnd = 0
 	}
 	if s.GraceOwner != "" && s.GraceEnd+GraceMargin <= now {
 		s.clearGrace()
@@ -245,6 +314,7 @@ func (op *semOp) finish(caller, head0, second0 string, freed bool, grace int64) 
 	if len(s.Queue) == 0 {
 		clear(s.Wants)
 	}
+	op.queueEnd(grace)
 }
 
 // sleep is a waiter's bound: while the front cannot be granted, until the

@@ -93,9 +93,15 @@ type counts struct {
 	positions        int // queue positions compared (scalable and fair semaphore machines)
 	grants           int // direct handoffs (the scalable machine)
 	sleepNotes       int // wake-ups that carried their reply (the scalable machine)
+	expired          int // keys that ended by their TTL, every entry past (fair semaphore, seats)
 }
 
 func (c *counts) String() string {
+	if c.expired > 0 {
+		d := *c
+		d.expired = 0
+		return fmt.Sprintf("%v; %d key expiries", &d, c.expired)
+	}
 	if c.positions > 0 {
 		d := *c
 		d.positions = 0

@@ -120,11 +120,12 @@ func (seatsReal) tolerance() int64 { return realUnit }
 
 type seatsCounts struct {
 	sequences, steps, grants, queueGrants, joins, prunes, woken, drains, maxK int
+	expired                                                                   int // the venue's keys ended by their TTL
 }
 
 func (c *seatsCounts) String() string {
-	return fmt.Sprintf("%d sequences, %d steps; %d grants (%d from the queues), %d joins, %d prunes, %d wake-ups, %d drains checked, largest set %d",
-		c.sequences, c.steps, c.grants, c.queueGrants, c.joins, c.prunes, c.woken, c.drains, c.maxK)
+	return fmt.Sprintf("%d sequences, %d steps; %d grants (%d from the queues), %d joins, %d prunes, %d wake-ups, %d drains checked, largest set %d, %d key expiries",
+		c.sequences, c.steps, c.grants, c.queueGrants, c.joins, c.prunes, c.woken, c.drains, c.maxK, c.expired)
 }
 
 type seatsHarness struct {
@@ -189,6 +190,7 @@ func seatsMachine(b seatsBackend, scripts *wire.SeatsScripts, historyOnly bool, 
 			{"headPolls", 3, h.actHeadPolls},
 			{"release", 2, func(t *rapid.T) { h.release(t, h.holderOr(t)) }},
 			{"advance", 2, func(t *rapid.T) { h.forward(t, h.dur(t, "d", 0, 10)) }},
+			{"advanceFar", 1, h.actAdvanceFar},
 			{"leave", 1, h.actLeave},
 			{"tryAcquire", 1, func(t *rapid.T) { h.acquire(t, h.owner(t), false) }},
 			{"pollQueued", 1, h.actPollQueued},
@@ -399,7 +401,21 @@ func (h *seatsHarness) actRenew(t *rapid.T) {
 	h.end(t, "renew "+owner, before, nil)
 }
 
+// actAdvanceFar moves the clock to around the end of the venue's keys
+// (model.Seats.KeysEnd), or SeatsKeep and more when they have none: on
+// miniredis's 1 ms unit only this reaches it.
+func (h *seatsHarness) actAdvanceFar(t *rapid.T) {
+	if h.m.KeysEnd == 0 {
+		h.forward(t, model.SeatsKeep+h.dur(t, "far", 0, 40))
+		return
+	}
+	h.forward(t, max(0, (h.m.KeysEnd-h.now+h.u-1)/h.u*h.u+h.dur(t, "around", -2, 2)))
+}
+
 func (h *seatsHarness) forward(t *rapid.T, d int64) {
+	if h.m.KeysEnd != 0 && h.m.KeysEnd <= h.now+d {
+		h.c.expired++
+	}
 	before := h.got.Clone()
 	h.now += d
 	if err := h.advance(h.ctx, d); err != nil {

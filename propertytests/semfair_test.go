@@ -161,6 +161,9 @@ func semFairMachine(b semBackend, scripts *wire.SemFairScripts, c *counts) func(
 			{"release", 2, func(t *rapid.T) { h.release(t, h.holderOr(t)) }},
 			{"leave", 1, h.actLeave},
 			{"advance", 2, func(t *rapid.T) { h.forward(t, h.dur(t, "d", 0, 10)) }},
+			// around and past the keys' ends (model.SemKeep after their
+			// last entry; on miniredis's 1 ms unit only this reaches them)
+			{"advanceFar", 1, h.actAdvanceFar},
 			{"tryAcquire", 1, func(t *rapid.T) { h.acquire(t, h.owner(t), false) }},
 			{"pollQueued", 1, h.actPollQueued},
 			{"expireLease", 1, h.actExpireLease},
@@ -377,11 +380,37 @@ func (h *semFairHarness) actAddPermits(t *rapid.T) {
 }
 
 func (h *semFairHarness) forward(t *rapid.T, d int64) {
+	if end, ok := h.m.HoldersEnd(); ok && end <= h.now+d {
+		h.c.expired++
+	}
+	if end, ok := h.m.QueueEnd(); ok && end <= h.now+d {
+		h.c.expired++
+	}
 	h.now += d
 	if err := h.advance(h.ctx, d); err != nil {
 		t.Fatalf("advance: %v", err)
 	}
 	h.end(t, "time +"+strconv.FormatInt(d, 10))
+}
+
+// actAdvanceFar moves the clock to around the end of the holders' or the
+// queue's keys (model.SemKeep after their last entry), or SemKeep and
+// more when neither exists: on miniredis's 1 ms unit only this reaches
+// them.
+func (h *semFairHarness) actAdvanceFar(t *rapid.T) {
+	var ends []int64
+	if end, ok := h.m.HoldersEnd(); ok {
+		ends = append(ends, end)
+	}
+	if end, ok := h.m.QueueEnd(); ok {
+		ends = append(ends, end)
+	}
+	if len(ends) == 0 {
+		h.forward(t, model.SemKeep+h.dur(t, "far", 0, 40))
+		return
+	}
+	end := rapid.SampledFrom(ends).Draw(t, "end")
+	h.forward(t, max(0, (end-h.now+h.u-1)/h.u*h.u+h.dur(t, "around", -2, 2)))
 }
 
 // actExpireLease moves the clock to the end of the first lease to end.

@@ -286,16 +286,17 @@ func (s *SeatsScripts) Abandon(ctx context.Context, rdb redis.Scripter, k SeatsK
 
 // RenewEach runs seats_renew.lua over holds (venues all in one cluster
 // slot), one owner each: each live hold's lease ends at the server's now +
-// leaseMs (never earlier than it did).
+// leaseMs (never earlier than it did), and the venue's keys end no sooner
+// than that plus 60 s.
 func (s *SeatsScripts) RenewEach(ctx context.Context, rdb redis.Scripter, venues []SeatsKeys, owners []string, leaseMs int64) ([]RenewStatus, error) {
 	if len(venues) != len(owners) {
 		panic("wire: RenewEach needs one owner per venue")
 	}
-	keys := make([]string, 0, 2*len(venues))
+	keys := make([]string, 0, 6*len(venues))
 	args := make([]any, 0, len(owners)+1)
 	args = append(args, leaseMs)
 	for i, k := range venues {
-		keys = append(keys, k.Holds, k.Leases)
+		keys = append(keys, k.Holds, k.Leases, k.Seat, k.Req, k.Queue, k.Grace)
 		args = append(args, owners[i])
 	}
 	v, err := s.run(ctx, rdb, FileSeatsRenew, keys, args...).Int64Slice()
