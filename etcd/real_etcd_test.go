@@ -21,7 +21,13 @@ import (
 // procClient is a Client of the given endpoints (lease TTL faultTTL).
 func procClient(t *testing.T, eps ...string) *Client {
 	t.Helper()
-	c, err := New(etcdtest.ClusterClient(t, eps), WithTTL(faultTTL))
+	return procClientTTL(t, faultTTL, eps...)
+}
+
+// procClientTTL is procClient with lease TTL ttl.
+func procClientTTL(t *testing.T, ttl time.Duration, eps ...string) *Client {
+	t.Helper()
+	c, err := New(etcdtest.ClusterClient(t, eps), WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +66,7 @@ func TestRealEtcdPausedLeader(t *testing.T) {
 	var wg sync.WaitGroup
 	r.workers(clients, 6, &wg)
 	time.Sleep(1500 * time.Millisecond)
-	holder := mustMutex(t, procClient(t, eps[f2], eps[f1]), "pause")
+	holder := mustMutex(t, procClientTTL(t, holderTTL, eps[f2], eps[f1]), "pause")
 	var pausedAt, resumedAt time.Time
 	ok, lost := r.hold(holder, "holder", faultTTL+2*time.Second, func() {
 		pausedAt = time.Now()
@@ -132,3 +138,10 @@ func TestRealEtcdKilledMember(t *testing.T) {
 	wg.Wait()
 	r.check(killedAt.Add(faultTTL), 5)
 }
+
+// holderTTL is the paused-leader test's holder's lease TTL: longer than
+// etcd 3.4's forwarding of a keep-alive from a follower to the leader,
+// which waits up to its request timeout (5 s + 2 election timeouts) on a
+// paused leader (with a 3 s TTL the holder's lease expired in 2 runs of
+// 4).
+const holderTTL = 10 * time.Second

@@ -128,7 +128,14 @@ func startProcCluster(tb testing.TB, bin string, n int) (*ProcCluster, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	tb.Cleanup(c.killAll)
+	tb.Cleanup(func() {
+		c.killAll()
+		if tb.Failed() {
+			for i := range c.logs {
+				tb.Logf("etcdtest: log of member m%d (tail):\n%s", i, c.tail(i))
+			}
+		}
+	})
 	return c, nil
 }
 
