@@ -85,6 +85,9 @@ type Client struct {
 	all  map[*session]bool   // every live session (shared and explicit-lease ones)
 	hold map[*Mutex]struct{} // handles that hold or wait
 	done bool
+	// streamKept: the watch that keeps the Client's gRPC watch stream open
+	// runs (see keepWatchStream).
+	streamKept bool
 }
 
 // New returns a Client on cli. It talks to nobody until a lock is taken.
@@ -157,6 +160,39 @@ func (c *Client) Close(ctx context.Context) error {
 }
 
 var errClosed = fmt.Errorf("%w: etcd", fairlock.ErrClosed)
+
+// keepWatchStream keeps one watch open, until Close, on the gRPC watch
+// stream the holds' watches use (same context metadata: require-leader),
+// on a key nobody writes. clientv3 closes a watch stream with its last
+// watch and opens a new one for the next: without this every uncontended
+// hold would open and tear down a stream for its loss watch (a third of
+// an uncontended cycle). The watch ends with the stream (e.g. no leader);
+// the next hold starts it again.
+func (c *Client) keepWatchStream() {
+	c.mu.Lock()
+	if c.done || c.streamKept {
+		c.mu.Unlock()
+		return
+	}
+	c.streamKept = true
+	c.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(context.Background()))
+		defer cancel()
+		go func() {
+			select {
+			case <-c.closed:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		for range c.cli.Watch(ctx, c.cfg.prefix+"\x00stream/"+c.id) {
+		}
+		c.mu.Lock()
+		c.streamKept = false
+		c.mu.Unlock()
+	}()
+}
 
 func (c *Client) isClosed() bool {
 	select {

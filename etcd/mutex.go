@@ -744,6 +744,7 @@ func (m *Mutex) monitor(parent context.Context, h *hold, rev int64) {
 		timer = t.C
 	}
 	for ctx.Err() == nil {
+		m.c.keepWatchStream()
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		wch := m.c.cli.Watch(wctx, h.key, clientv3.WithRev(rev), clientv3.WithFilterPut())
 		gone := false
