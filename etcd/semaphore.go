@@ -166,32 +166,9 @@ func (w *waiter) runSem() (ok bool, rev, hdr int64, err error) {
 	m, cli := w.m, w.m.c.cli
 	val := strconv.FormatInt(m.weight, 10)
 	lease := clientv3.WithLease(w.sess.id)
-	for {
-		resp, err := cli.Txn(w.ctx).If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
-			Then(clientv3.OpPut(w.key, val, lease)).Else(clientv3.OpGet(w.key)).Commit()
-		if err != nil {
-			if isLeaseGone(err) {
-				return false, 0, 0, w.leaseGone()
-			}
-			if w.enqueueLost() {
-				return false, 0, 0, errLeaseGone
-			}
-			if e := w.retry(err); e != nil {
-				return false, 0, 0, e
-			}
-			if w.expired() {
-				return false, 0, 0, nil
-			}
-			continue
-		}
-		if resp.Succeeded {
-			rev = resp.Header.Revision
-		} else if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-			rev = kvs[0].CreateRevision
-		} else {
-			return false, 0, 0, w.lostErr()
-		}
-		break
+	resp, rev, err := w.enqueue(clientv3.OpPut(w.key, val, lease))
+	if resp == nil {
+		return false, 0, 0, err // err nil: the wait ran out
 	}
 	var (
 		watch      clientv3.WatchChan

@@ -172,39 +172,15 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 
 	// Join the queue: create the key unless a lost reply already did (then
 	// its create revision is our place), and read the head in the same Txn.
-	for {
-		resp, err := cli.Txn(w.ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
-			Then(clientv3.OpPut(w.key, m.owner, lease), clientv3.OpGet(m.block, clientv3.WithFirstCreate()...)).
-			Else(clientv3.OpGet(w.key), clientv3.OpGet(m.block, clientv3.WithFirstCreate()...)).Commit()
-		if err != nil {
-			if isLeaseGone(err) {
-				return false, 0, 0, w.leaseGone()
-			}
-			if w.enqueueLost() {
-				return false, 0, 0, errLeaseGone
-			}
-			if e := w.retry(err); e != nil {
-				return false, 0, 0, e
-			}
-			if w.expired() {
-				return false, 0, 0, nil
-			}
-			continue
-		}
-		if resp.Succeeded {
-			rev = resp.Header.Revision
-		} else if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-			rev = kvs[0].CreateRevision
-		} else {
-			return false, 0, 0, w.lostErr()
-		}
-		// Held when nothing that blocks us is older: for a lock or a write
-		// the head is our own key; for a read no write is older.
-		if head := resp.Responses[1].GetResponseRange().Kvs; len(head) == 0 || head[0].CreateRevision >= rev {
-			return true, rev, resp.Header.Revision, nil
-		}
-		break
+	headOp := clientv3.OpGet(m.block, clientv3.WithFirstCreate()...)
+	resp, rev, err := w.enqueue(clientv3.OpPut(w.key, m.owner, lease), headOp)
+	if resp == nil {
+		return false, 0, 0, err // err nil: the wait ran out
+	}
+	// Held when nothing that blocks us is older: for a lock or a write the
+	// head is our own key; for a read no write is older.
+	if head := resp.Responses[1].GetResponseRange().Kvs; len(head) == 0 || head[0].CreateRevision >= rev {
+		return true, rev, resp.Header.Revision, nil
 	}
 
 	// Wait: read our key and our predecessor (the newest key older than
@@ -399,5 +375,41 @@ func (w *waiter) waitEvent(pw clientv3.WatchChan, ownW *clientv3.WatchChan, time
 				}
 			}
 		}
+	}
+}
+
+// enqueue writes the waiter's key with put unless a lost reply already did
+// (then its create revision is our place), running also in the same Txn,
+// whichever way it goes. It retries what is transient; a nil response
+// with a nil error means the wait ran out. rev is the key's create
+// revision; the Txn's responses after the first are also's.
+func (w *waiter) enqueue(put clientv3.Op, also ...clientv3.Op) (*clientv3.TxnResponse, int64, error) {
+	for {
+		resp, err := w.m.c.cli.Txn(w.ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
+			Then(append([]clientv3.Op{put}, also...)...).
+			Else(append([]clientv3.Op{clientv3.OpGet(w.key)}, also...)...).Commit()
+		if err != nil {
+			if isLeaseGone(err) {
+				return nil, 0, w.leaseGone()
+			}
+			if w.enqueueLost() {
+				return nil, 0, errLeaseGone
+			}
+			if e := w.retry(err); e != nil {
+				return nil, 0, e
+			}
+			if w.expired() {
+				return nil, 0, nil
+			}
+			continue
+		}
+		if resp.Succeeded {
+			return resp, resp.Header.Revision, nil
+		}
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+			return resp, kvs[0].CreateRevision, nil
+		}
+		return nil, 0, w.lostErr()
 	}
 }
