@@ -64,3 +64,29 @@ func TestSeatsKeysEndAfterTheirClientsDie(t *testing.T) {
 		assert.Equal(t, []string{k.Token}, keys, "keys left after every entry's end plus the margin")
 	})
 }
+
+// A renewal moves the venue keys' end with the lease it sets
+// (seats_renew.lua), deterministically (the rapid machine's broken variant
+// is caught only when a sequence reaches the old end).
+func TestSeatsRenewalMovesTheKeysEnd(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		venue := redistest.Prefix(t) + "venue"
+		k := wire.SeatsKeysFor(venue)
+		seat := func(s string) string { return "{" + venue + "}:" + s }
+		sc := wire.SeatsDefault()
+		r, err := sc.Acquire(ctx, rdb, k, wire.SeatsArgs{Owner: "c:1", Seats: []string{seat("A")},
+			LeaseMs: 1000, GraceMs: 1000, Queue: true, AcquireID: "req1", LatchMs: 3000})
+		require.NoError(t, err)
+		require.True(t, r.Granted)
+		st, err := sc.RenewEach(ctx, rdb, []wire.SeatsKeys{k}, []string{"c:1"}, 180_000)
+		require.NoError(t, err)
+		require.Len(t, st, 1)
+		for _, key := range []string{k.Holds, k.Leases, k.Seat, k.Req} {
+			ttl, err := rdb.PTTL(ctx, key).Result()
+			require.NoError(t, err)
+			assert.Greater(t, ttl, 180*time.Second, "%s: the renewed lease (3 min) plus the margin", key)
+		}
+	})
+}

@@ -51,9 +51,6 @@ var seatsBroken = []struct {
 	{"the venue's keys end at the last entry's end, no margin (issue 30 item 7)", wire.FileSeatsAcquire, [][2]string{
 		{"local SEATS_KEEP = 60000\n", "local SEATS_KEEP = 0\n"},
 	}, false},
-	{"a renewal does not move the venue's keys' end (issue 30 item 7)", wire.FileSeatsRenew, [][2]string{
-		{"                    redis.call('pexpire', KEYS[k], ms)\n", ""},
-	}, false},
 	{"an ended lease is not reclaimed", wire.FileSeatsAcquire, [][2]string{
 		{"    for _, o in ipairs(ended) do\n        give_back(o)\n", "    for _, o in ipairs({}) do\n        give_back(o)\n"},
 	}, false},

@@ -38,8 +38,6 @@ var semBroken = []struct {
 		"        local ends = math.max(td, NOW + math.max(0, grace or 0), last or td)\n", "        local ends = td\n", false},
 	{"the keys end at the last entry's end, no margin (issue 30 item 7)", wire.FileSemFairAcquire,
 		"local SEM_KEEP = 10000\n", "local SEM_KEEP = 0\n", false},
-	{"a renewal does not move the keys' end (issue 30 item 7)", wire.FileSemFairRenew,
-		"                redis.call('pexpire', holders, string.format('%d', ms))\n                redis.call('pexpire', leases, string.format('%d', ms))\n", "", false},
 	{"a release does not wake the new head", wire.FileSemFairRelease,
 		"finish(nil, head0, second0, result == 1 or RECLAIMED, grace)",
 		"finish(nil, head0, second0, RECLAIMED, grace)", false},

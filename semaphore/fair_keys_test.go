@@ -93,3 +93,29 @@ func TestFairKeysEndAfterTheirClientsDie(t *testing.T) {
 		assert.Equal(t, want, left(), "keys left after every entry's end plus the margin")
 	})
 }
+
+// A renewal moves the keys' end with the lease it sets (sem_fair_renew.lua):
+// a live holder's keys never end before its lease. A deterministic check
+// beside the rapid machine's broken variant, which catches a renewal that
+// leaves the end alone only when a sequence happens to reach it.
+func TestFairRenewalMovesTheKeysEnd(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f, _ := newFair(t, b, 1)
+		k := wire.SemFairKeysFor(f.Name())
+		rdb := b.Client(t)
+		sc := wire.SemFairDefault()
+		r, err := sc.Acquire(ctx, rdb, k, wire.SemArgs{Owner: "c:1", Permits: 1, LeaseMs: 1000,
+			WaitMs: 1000, GraceMs: 1000, Queue: true, AcquireID: "req1", LatchMs: 3000})
+		require.NoError(t, err)
+		require.True(t, r.Granted)
+		st, err := sc.RenewEach(ctx, rdb, []wire.SemFairKeys{k}, []string{"c:1"}, 120_000)
+		require.NoError(t, err)
+		require.Len(t, st, 1)
+		for _, key := range []string{k.Holders, k.Leases} {
+			ttl, err := rdb.PTTL(ctx, key).Result()
+			require.NoError(t, err)
+			assert.Greater(t, ttl, 120*time.Second, "%s: the renewed lease (2 min) plus the margin", key)
+		}
+	})
+}
