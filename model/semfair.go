@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -59,6 +60,11 @@ type SemFair struct {
 	Acquires     map[string]SemLatch // acquisition request id -> latch
 	Releases     map[string]SemLatch // release request id -> latch
 	Woken        []string            // owners woken, in order
+	// Sent are the payloads of the Woken messages (the same index): "0"
+	// (a plain wake-up), or a note "s:<sleep ms>:<ahead>" (a waiter woken
+	// while the head cannot be granted gets its attempt's reply instead,
+	// which its client takes without an attempt: see finish).
+	Sent []string
 }
 
 // SemLatch is an acquisition latch (State "held", "void", "void:held"; Token
@@ -93,7 +99,7 @@ func (s *SemFair) Clone() *SemFair {
 	c.Holders, c.Leases, c.Wants, c.Deadlines = maps.Clone(s.Holders), maps.Clone(s.Leases), maps.Clone(s.Wants), maps.Clone(s.Deadlines)
 	c.Seqs = maps.Clone(s.Seqs)
 	c.Acquires, c.Releases = maps.Clone(s.Acquires), maps.Clone(s.Releases)
-	c.Queue, c.Woken = slices.Clone(s.Queue), slices.Clone(s.Woken)
+	c.Queue, c.Woken, c.Sent = slices.Clone(s.Queue), slices.Clone(s.Woken), slices.Clone(s.Sent)
 	return &c
 }
 
@@ -280,7 +286,7 @@ func (op *semOp) prune(caller string, grace int64) {
 		}
 		op.remove(head, 0)
 		if doomed {
-			s.Woken = append(s.Woken, head) // its next attempt is refused at once
+			s.wake(head, "0") // its next attempt is refused at once
 		}
 	}
 }
@@ -306,15 +312,33 @@ func (op *semOp) finish(caller, head0, second0 string, freed bool, grace int64) 
 		s.clearGrace()
 	}
 	if head != "" && head != caller && (freed || started || head != head0) {
-		s.Woken = append(s.Woken, head)
+		s.wake(head, op.note(head, grace))
 	}
 	if second != "" && second != caller && (freed || started || second != second0) {
-		s.Woken = append(s.Woken, second)
+		s.wake(second, op.note(second, grace))
 	}
 	if len(s.Queue) == 0 {
 		clear(s.Wants)
 	}
 	op.queueEnd(grace)
+}
+
+func (s *SemFair) wake(w, payload string) {
+	s.Woken = append(s.Woken, w)
+	s.Sent = append(s.Sent, payload)
+}
+
+// note is what finish sends queued waiter w: a plain wake-up ("0") when
+// the head could be granted now (the head must take, the waiter behind it
+// may have to prune it), else the reply w's attempt would get, its sleep
+// and place, "s:<sleep>:<ahead>" (issue 33: an attempt that changes
+// nothing is saved).
+func (op *semOp) note(w string, grace int64) string {
+	head, _ := op.front()
+	if op.fits(head) {
+		return "0"
+	}
+	return "s:" + strconv.FormatInt(op.sleep(w, grace), 10) + ":" + strconv.FormatInt(op.s.Ahead(w), 10)
 }
 
 // sleep is a waiter's bound: while the front cannot be granted, until the

@@ -272,6 +272,16 @@ func (h *semFairHarness) acquireN(t *rapid.T, owner string, n int64, queue bool)
 	h.end(t, fmt.Sprintf("acquire %s n=%d queue=%v", owner, n, queue))
 }
 
+func countNotes(sent []string) int {
+	n := 0
+	for _, p := range sent {
+		if _, ok := wire.ParseNote(p); ok {
+			n++
+		}
+	}
+	return n
+}
+
 func semWithin(tol, want, got int64) bool {
 	if tol == 0 || want == -1 || want == 1 {
 		return want == got
@@ -436,12 +446,14 @@ func (h *semFairHarness) end(t *rapid.T, what string) {
 		t.Fatalf("after %s: dump: %v", what, err)
 	}
 	h.got = got
-	var woken []string
+	var woken, sent []string
 	for _, m := range pub {
-		if !strings.HasPrefix(m.Channel, h.k.Channel+":") || m.Payload != wire.UnlockMessage {
+		_, note := wire.ParseNote(m.Payload)
+		if !strings.HasPrefix(m.Channel, h.k.Channel+":") || m.Payload != wire.UnlockMessage && !note {
 			t.Fatalf("after %s: unexpected message %v", what, m)
 		}
 		woken = append(woken, strings.TrimPrefix(m.Channel, h.k.Channel+":"))
+		sent = append(sent, m.Payload)
 	}
 	h.c.notified += len(woken)
 	for _, w := range h.prevQueue {
@@ -451,11 +463,24 @@ func (h *semFairHarness) end(t *rapid.T, what string) {
 	}
 	h.prevQueue = slices.Clone(got.Queue)
 	h.c.maxQueue = max(h.c.maxQueue, len(got.Queue))
-	want := h.m.Woken[h.mWoken:]
+	want, wantSent := h.m.Woken[h.mWoken:], h.m.Sent[h.mWoken:]
 	h.mWoken = len(h.m.Woken)
 	if !slices.Equal(want, woken) {
 		h.fail(t, "after %s: woken %v, model %v", what, woken, want)
 	}
+	// A note carries an attempt's reply: its place exactly, its sleep as
+	// an attempt's (within the backend's tolerance).
+	if !slices.EqualFunc(wantSent, sent, func(w, g string) bool {
+		wn, wok := wire.ParseNote(w)
+		gn, gok := wire.ParseNote(g)
+		if !wok || !gok {
+			return w == g
+		}
+		return wn.Ahead == gn.Ahead && semWithin(h.tol, wn.SleepMs, gn.SleepMs)
+	}) {
+		h.fail(t, "after %s: messages %v, model %v (to %v)", what, sent, wantSent, woken)
+	}
+	h.c.sleepNotes += countNotes(sent)
 	if err := h.compare(got); err != nil {
 		h.fail(t, "after %s: %v", what, err)
 	}
@@ -682,7 +707,7 @@ func TestSemFairRedisServer(t *testing.T) { checkSemFair(t, newSemReal(t)) }
 func checkSemFair(t *testing.T, b semBackend) {
 	var c counts
 	rapid.Check(t, semFairMachine(b, wire.SemFairDefault(), &c))
-	t.Logf("%v", &c)
+	t.Logf("%v; %d wake-ups carrying their reply", &c, c.sleepNotes)
 }
 
 func FuzzSemFairMiniredis(f *testing.F) {

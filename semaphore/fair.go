@@ -275,6 +275,13 @@ func (e *fairEngine) ForceUnlock(ctx context.Context, a wire.Args) (bool, error)
 // are woken.
 func (e *fairEngine) WakeChannel(owner string) string { return e.k.WaiterChannel(owner) }
 
+// Handoff (core.HandingOff) is true: the scripts send a waiter woken while
+// the head cannot be granted its attempt's reply instead of a plain
+// wake-up (wire.Note, res_sem.lua's RES_NOTES), which the wait loop takes
+// without an attempt, and a waiter that gives up voids its request
+// (sem_fair_abandon.lua) besides leaving the queue.
+func (e *fairEngine) Handoff() bool { return true }
+
 // Abandon voids the request (sem_fair_abandon.lua), which gives back the
 // permits a copy of it was granted: nothing is left for the caller to
 // release.
