@@ -264,7 +264,9 @@ local function sem_keep(key, ends)
 end
 
 -- sem_expire gives the holders and the leases the latest lease end plus
--- SEM_KEEP (a function of the entries alone; the renewal moves it), and
+-- SEM_KEEP (a function of the entries alone; the renewal and the claim of
+-- a handed-off grant move it: sem_expire_holders, which returns that
+-- latest end), and
 -- the queue and the asks, when anyone is queued, SEM_QUEUE_KEEP past the
 -- latest of: the tail's deadline (the latest: each waiter's is its
 -- predecessor's plus its slot), the end of the head's grace (the grace
@@ -275,7 +277,7 @@ end
 -- the queue: every call moves the end on. After every client is gone (no
 -- release, no leave) the keys end by themselves. The pool and the token
 -- counter are the semaphore itself: never given a TTL here.
-local function sem_expire(grace_margin, grace)
+local function sem_expire_holders()
     local last = nil
     for _, s in pairs(LEASE) do
         if not last or s > last then
@@ -289,6 +291,11 @@ local function sem_expire(grace_margin, grace)
         sem_keep(HOLDERS, last + SEM_KEEP)
         sem_keep(LEASES, last + SEM_KEEP)
     end
+    return last
+end
+
+local function sem_expire(grace_margin, grace)
+    local last = sem_expire_holders()
     local tail, td = q_tail()
     if tail and td then
         local ends = math.max(td, NOW + math.max(0, grace or 0), last or td)

@@ -449,7 +449,11 @@ func (h *semFairHarness) end(t *rapid.T, what string) {
 	var woken, sent []string
 	for _, m := range pub {
 		_, note := wire.ParseNote(m.Payload)
-		if !strings.HasPrefix(m.Channel, h.k.Channel+":") || m.Payload != wire.UnlockMessage && !note {
+		_, grant := wire.ParseGrant(m.Payload)
+		if grant {
+			h.c.grants++
+		}
+		if !strings.HasPrefix(m.Channel, h.k.Channel+":") || m.Payload != wire.UnlockMessage && !note && !grant {
 			t.Fatalf("after %s: unexpected message %v", what, m)
 		}
 		woken = append(woken, strings.TrimPrefix(m.Channel, h.k.Channel+":"))
@@ -508,6 +512,8 @@ func (h *semFairHarness) compare(g *model.SemFair) error {
 		return fmt.Errorf("asks %v, model %v", g.Wants, m.Wants)
 	case !maps.EqualFunc(m.Deadlines, g.Deadlines, h.within):
 		return fmt.Errorf("deadlines %v, model %v", g.Deadlines, m.Deadlines)
+	case !maps.Equal(m.Notes, g.Notes):
+		return fmt.Errorf("handoff notes %v, model %v", g.Notes, m.Notes)
 	case m.Token != g.Token:
 		return fmt.Errorf("token %d, model %d", g.Token, m.Token)
 	case m.GraceOwner != g.GraceOwner || m.GraceOwner != "" && (m.GraceSecond != g.GraceSecond || !h.within(m.GraceEnd, g.GraceEnd)):
@@ -590,6 +596,18 @@ func semFairDump(ctx context.Context, rdb *redis.Client, k wire.SemFairKeys, now
 		return nil, fmt.Errorf("queue: %w", err)
 	}
 	s.Queue = queue
+	for _, o := range queue {
+		// a handoff note after the join sequence:
+		// "<seq>|<lease>|<slot>|<latch ms>|<latch key>"
+		if _, note, ok := strings.Cut(sq.Val()["s:"+o], "|"); ok {
+			f := strings.SplitN(note, "|", 4)
+			if len(f) != 4 || !strings.HasPrefix(f[3], k.AcquireLatch("")) {
+				return nil, fmt.Errorf("handoff note of %s: %q", o, note)
+			}
+			s.Notes[o] = model.SemNote{Lease: mustInt(f[0]), Slot: mustInt(f[1]), LatchMs: mustInt(f[2]),
+				Request: strings.TrimPrefix(f[3], k.AcquireLatch(""))}
+		}
+	}
 	for o, d := range deadlines {
 		s.Deadlines[o] = now + d - server
 	}
@@ -621,6 +639,8 @@ func semFairDump(ctx context.Context, rdb *redis.Client, k wire.SemFairKeys, now
 			l.Result = mustInt(v)
 		case strings.HasPrefix(v, "held:"):
 			l.State, l.Token = "held", mustInt(strings.TrimPrefix(v, "held:"))
+		case strings.HasPrefix(v, "granted:"):
+			l.State, l.Token = "granted", mustInt(strings.TrimPrefix(v, "granted:"))
 		default:
 			l.State = v
 		}
@@ -659,9 +679,10 @@ func walkQueue(f map[string]string) ([]string, map[string]int64, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		seq, err := num("s:" + o)
+		v, _, _ := strings.Cut(f["s:"+o], "|") // (a handoff note follows)
+		seq, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("join sequence of %s: %q", o, f["s:"+o])
 		}
 		if prev == "" {
 			headSeq = seq
@@ -707,7 +728,7 @@ func TestSemFairRedisServer(t *testing.T) { checkSemFair(t, newSemReal(t)) }
 func checkSemFair(t *testing.T, b semBackend) {
 	var c counts
 	rapid.Check(t, semFairMachine(b, wire.SemFairDefault(), &c))
-	t.Logf("%v; %d wake-ups carrying their reply", &c, c.sleepNotes)
+	t.Logf("%v; %d wake-ups carrying their reply, %d direct handoffs", &c, c.sleepNotes, c.grants)
 }
 
 func FuzzSemFairMiniredis(f *testing.F) {

@@ -251,15 +251,16 @@ func (s *SemFairScripts) Acquire(ctx context.Context, rdb redis.Scripter, k SemF
 }
 
 // Release runs sem_fair_release.lua (reads Owner, ReleaseID, LatchMs,
-// GraceMs, PubCmd). It reports whether the owner held permits and gave
+// GraceMs, PubCmd), with the acquisition latches' prefix: a release hands
+// the permits off to the heads that fit (issue 33). It reports whether the owner held permits and gave
 // them back (a retry with the same ReleaseID reports the first answer).
 func (s *SemFairScripts) Release(ctx context.Context, rdb redis.Scripter, k SemFairKeys, a SemArgs) (released bool, err error) {
 	latchMs := int64(0)
 	if a.ReleaseID != "" {
 		latchMs = max(a.LatchMs, 1)
 	}
-	c := s.call(FileSemFairRelease, k, k.ReleaseLatch(a.ReleaseID), 4)
-	c.str(a.Owner).num(latchMs).num(a.GraceMs).key(a.pubCmd())
+	c := s.call(FileSemFairRelease, k, k.ReleaseLatch(a.ReleaseID), 5)
+	c.str(a.Owner).num(latchMs).num(a.GraceMs).key(a.pubCmd()).str(k.alatch)
 	n, err := c.run(ctx, rdb).Int64()
 	return n == 1, semErr(err)
 }
