@@ -123,3 +123,38 @@ func TestFairHandedOffGrantIsClaimed(t *testing.T) {
 		require.NoError(t, p.Release(ctx))
 	})
 }
+
+// The re-check after subscribing is two reads for a waiter behind the
+// first two places (sem_fair_queued.lua): no message can have been sent to
+// it, so its first attempt's reply stands; the head and the waiter behind
+// it make the attempt.
+func TestFairRecheckBehindTheFrontRunsNoAttempt(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		f, _ := newFair(t, b, 1)
+		held, err := f.Acquire(ctx, 1, 0)
+		require.NoError(t, err)
+		var chs []<-chan acquired
+		var cnts []*acquireCounter
+		for range 3 {
+			w, c := countedFair(t, b, f)
+			chs = append(chs, enqueue(t, ctx, w, 1))
+			cnts = append(cnts, c)
+		}
+		time.Sleep(300 * time.Millisecond)
+		// the head and the second: the attempt, then the re-check (and
+		// attempts on wake-ups as others join); the third: the attempt only
+		assert.GreaterOrEqual(t, cnts[0].n.Load(), int64(2), "the head's attempts")
+		assert.GreaterOrEqual(t, cnts[1].n.Load(), int64(2), "the second's attempts")
+		assert.Equal(t, int64(1), cnts[2].n.Load(), "the third's attempts")
+		// and nothing is lost: all three are granted in order
+		p := held
+		for _, ch := range chs {
+			require.NoError(t, p.Release(ctx))
+			q := got(t, ch)
+			assert.Less(t, p.Token(), q.Token())
+			p = q
+		}
+		require.NoError(t, p.Release(ctx))
+	})
+}
