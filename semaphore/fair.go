@@ -24,8 +24,10 @@ import (
 //
 // The queue is the fair lock's (its scalable engine, docs/design.md "The
 // fair semaphore"): one wake-up channel per waiter, wait slots, the head
-// grace, bounded replies, idempotent acquisition by request id, and the
-// same liveness bound. Permits' leases end on the Redis server's clock: a
+// grace, bounded replies, idempotent acquisition by request id, the direct
+// handoff (a release grants the permits to the waiters at the head that
+// fit; they return without another round trip), and the same liveness
+// bound. Permits' leases end on the Redis server's clock: a
 // crashed holder's permits come back when its lease ends.
 //
 // It is safe for concurrent use and cheap to make (NewFair talks to
@@ -335,11 +337,15 @@ func (e *fairEngine) ForceUnlock(ctx context.Context, a wire.Args) (bool, error)
 // are woken.
 func (e *fairEngine) WakeChannel(owner string) string { return e.k.WaiterChannel(owner) }
 
-// Handoff (core.HandingOff) is true: the scripts send a waiter woken while
-// the head cannot be granted its attempt's reply instead of a plain
-// wake-up (wire.Note, res_sem.lua's RES_NOTES), which the wait loop takes
-// without an attempt, and a waiter that gives up voids its request
-// (sem_fair_abandon.lua) besides leaving the queue.
+// Handoff (core.HandingOff) is true (issue 33): a release grants the
+// permits to the heads that fit directly and publishes the grant
+// (sem_fair_release.lua), which the wait loop takes without an attempt and
+// claims (its full lease) in the background; the scripts send a waiter
+// woken while the head cannot be granted its attempt's reply instead of a
+// plain wake-up (wire.Note, res_sem.lua's RES_NOTES), which the wait loop
+// takes without an attempt either. A waiter that gives up voids its
+// request (sem_fair_abandon.lua: a grant in flight is given back) besides
+// leaving the queue.
 func (e *fairEngine) Handoff() bool { return true }
 
 // Abandon voids the request (sem_fair_abandon.lua), which gives back the
