@@ -33,7 +33,12 @@
 -- that reclaims wakes the front of the queue, as a release does.
 
 local HOLDERS, LEASES, PERMITS, QUEUE, WANTS, GRACE_KEY
-local RES_NOTES = false -- fair_common.lua's wake_front: plain wake-ups
+-- RES_NOTES (fair_common.lua's wake_front): a waiter woken while the head
+-- cannot be granted is sent the sleep and place an attempt would reply
+-- ("s:<sleep ms>:<ahead>", res_blocked below) instead of a plain wake-up:
+-- its attempt would change nothing (issue 33: after a grant, the new head
+-- and the waiter behind it, woken because they moved up, each ran one).
+local RES_NOTES = true
 local NOW       -- the server clock, Unix ms
 local POOL      -- the pool, nil when not set
 local USED      -- permits held by holders whose lease has not ended
@@ -259,7 +264,9 @@ local function sem_keep(key, ends)
 end
 
 -- sem_expire gives the holders and the leases the latest lease end plus
--- SEM_KEEP (a function of the entries alone; the renewal moves it), and
+-- SEM_KEEP (a function of the entries alone; the renewal and the claim of
+-- a handed-off grant move it: sem_expire_holders, which returns that
+-- latest end), and
 -- the queue and the asks, when anyone is queued, SEM_QUEUE_KEEP past the
 -- latest of: the tail's deadline (the latest: each waiter's is its
 -- predecessor's plus its slot), the end of the head's grace (the grace
@@ -270,7 +277,7 @@ end
 -- the queue: every call moves the end on. After every client is gone (no
 -- release, no leave) the keys end by themselves. The pool and the token
 -- counter are the semaphore itself: never given a TTL here.
-local function sem_expire(grace_margin, grace)
+local function sem_expire_holders()
     local last = nil
     for _, s in pairs(LEASE) do
         if not last or s > last then
@@ -284,6 +291,11 @@ local function sem_expire(grace_margin, grace)
         sem_keep(HOLDERS, last + SEM_KEEP)
         sem_keep(LEASES, last + SEM_KEEP)
     end
+    return last
+end
+
+local function sem_expire(grace_margin, grace)
+    local last = sem_expire_holders()
     local tail, td = q_tail()
     if tail and td then
         local ends = math.max(td, NOW + math.max(0, grace or 0), last or td)
@@ -377,11 +389,16 @@ local function res_pttl()
     return sem_next_end() or 0
 end
 
--- res_blocked: nil when w could be granted now, else until the next lease
--- ends (-1 when none will: only a pool change or a departure, which wake
--- the front, can let w in).
+-- res_blocked: nil when the front of the queue could be granted now (w
+-- when nobody is queued), else until the next lease ends (-1 when none
+-- will: only a pool change or a departure, which wake the front, can let
+-- anyone in). Asked for the head (reply), or for the head or the waiter
+-- behind it (wake_front's notes): what a queued waiter's attempt replies
+-- depends on the head alone (fair_common.lua's reply), so a note to the
+-- waiter behind the head is its attempt's reply even when its own ask
+-- would fit (it is not the head: it could not be granted).
 local function res_blocked(w)
-    if res_free(w) then
+    if res_free(q_front() or w) then
         return nil
     end
     return sem_next_end() or -1

@@ -32,6 +32,12 @@
 --                that finds no latch (expired) while the owner holds n
 --                permits replies {1, a new token} and latches it (an owner
 --                id is one acquisition's: the grant is this request's).
+--                A latch 'granted:<token>' (a release granted the permits
+--                to this request directly, sem_fair_release.lua) is
+--                claimed by the first copy: the lease becomes now + lease
+--                (never earlier), the latch 'held:<token>'; {1, token}.
+--                A queued caller joins with a handoff note when it sends a
+--                latch (queue_scalable.lua's s:<owner>).
 --   {0, sleep}   not granted (queued when ARGV[8] is 1): how long the
 --                caller may sleep before trying again, in ms (a wake-up on
 --                its channel may come sooner; -1: no lease will end, wait
@@ -75,6 +81,19 @@ if tonumber(ARGV[5]) > 0 then
     local token = latch_token(state)
     if token then
         if sem_holds(owner) then
+            if string.sub(state, 1, 8) == 'granted:' then
+                -- A release granted the permits to this request directly
+                -- (sem_fair_release.lua's handoff, for at most two graces):
+                -- the first copy that comes claims the grant, its lease
+                -- becoming this copy's (never shorter), the latch 'held'.
+                local ends = NOW + lease
+                if ends > LEASE[owner] then
+                    redis.call('zadd', KEYS[2], ends, owner)
+                    LEASE[owner] = ends
+                end
+                redis.call('set', KEYS[9], 'held:' .. int_str(token), 'px', ARGV[5])
+                sem_expire_holders()
+            end
             return {1, token}
         end
         return redis.error_reply('fairlock: acquisition request already granted and its hold is over')
@@ -132,7 +151,9 @@ local caller, joined = nil, 0
 if queue then
     caller = owner
     if not queued then
-        join(owner, wait, NOW)
+        -- with a latch, the handoff note: what a release needs to grant
+        -- the permits to this request directly (queue_scalable.lua)
+        join(owner, wait, NOW, q_note(lease, wait, ARGV[5], KEYS[9]))
         sem_want_store(owner, n)
         joined = 1
     end

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -59,10 +60,27 @@ type SemFair struct {
 	Acquires     map[string]SemLatch // acquisition request id -> latch
 	Releases     map[string]SemLatch // release request id -> latch
 	Woken        []string            // owners woken, in order
+	// Notes are the handoff notes of queued owners that joined with an
+	// acquisition latch: what a release needs to grant them the permits
+	// directly (see handoff).
+	Notes map[string]SemNote
+	// Sent are the payloads of the Woken messages (the same index): "0"
+	// (a plain wake-up), or a note "s:<sleep ms>:<ahead>" (a waiter woken
+	// while the head cannot be granted gets its attempt's reply instead,
+	// which its client takes without an attempt: see finish).
+	Sent []string
 }
 
-// SemLatch is an acquisition latch (State "held", "void", "void:held"; Token
-// when held) or a release latch (Result), and when its key expires.
+// SemNote is a queued owner's handoff note: the lease, slot, request id
+// and latch lifetime of the acquisition that joined.
+type SemNote struct {
+	Lease, Slot, LatchMs int64
+	Request              string
+}
+
+// SemLatch is an acquisition latch (State "held", "granted" (a release
+// granted the permits directly, see handoff), "void", "void:held"; Token
+// when held or granted) or a release latch (Result), and when its key expires.
 type SemLatch struct {
 	State     string
 	Token     int64
@@ -84,16 +102,17 @@ var (
 // queued.
 func NewSemFair() *SemFair {
 	return &SemFair{Holders: map[string]int64{}, Leases: map[string]int64{}, Wants: map[string]int64{},
-		Deadlines: map[string]int64{}, Seqs: map[string]int64{}, Acquires: map[string]SemLatch{}, Releases: map[string]SemLatch{}}
+		Deadlines: map[string]int64{}, Seqs: map[string]int64{}, Acquires: map[string]SemLatch{}, Releases: map[string]SemLatch{},
+		Notes: map[string]SemNote{}}
 }
 
 // Clone returns a deep copy.
 func (s *SemFair) Clone() *SemFair {
 	c := *s
 	c.Holders, c.Leases, c.Wants, c.Deadlines = maps.Clone(s.Holders), maps.Clone(s.Leases), maps.Clone(s.Wants), maps.Clone(s.Deadlines)
-	c.Seqs = maps.Clone(s.Seqs)
+	c.Seqs, c.Notes = maps.Clone(s.Seqs), maps.Clone(s.Notes)
 	c.Acquires, c.Releases = maps.Clone(s.Acquires), maps.Clone(s.Releases)
-	c.Queue, c.Woken = slices.Clone(s.Queue), slices.Clone(s.Woken)
+	c.Queue, c.Woken, c.Sent = slices.Clone(s.Queue), slices.Clone(s.Woken), slices.Clone(s.Sent)
 	return &c
 }
 
@@ -168,6 +187,7 @@ func (s *SemFair) Advance(now int64) {
 		s.Queue = nil
 		clear(s.Wants)
 		clear(s.Deadlines)
+		clear(s.Notes)
 		s.QueueKeysEnd = 0
 	}
 	if s.GraceOwner != "" && s.GraceEnd+GraceMargin <= now {
@@ -260,6 +280,7 @@ func (op *semOp) remove(w string, drop int64) bool {
 	op.s.Queue = slices.Delete(op.s.Queue, i, i+1)
 	delete(op.s.Deadlines, w)
 	delete(op.s.Wants, w)
+	delete(op.s.Notes, w)
 	return true
 }
 
@@ -280,7 +301,7 @@ func (op *semOp) prune(caller string, grace int64) {
 		}
 		op.remove(head, 0)
 		if doomed {
-			s.Woken = append(s.Woken, head) // its next attempt is refused at once
+			s.wake(head, "0") // its next attempt is refused at once
 		}
 	}
 }
@@ -306,15 +327,33 @@ func (op *semOp) finish(caller, head0, second0 string, freed bool, grace int64) 
 		s.clearGrace()
 	}
 	if head != "" && head != caller && (freed || started || head != head0) {
-		s.Woken = append(s.Woken, head)
+		s.wake(head, op.note(head, grace))
 	}
 	if second != "" && second != caller && (freed || started || second != second0) {
-		s.Woken = append(s.Woken, second)
+		s.wake(second, op.note(second, grace))
 	}
 	if len(s.Queue) == 0 {
 		clear(s.Wants)
 	}
 	op.queueEnd(grace)
+}
+
+func (s *SemFair) wake(w, payload string) {
+	s.Woken = append(s.Woken, w)
+	s.Sent = append(s.Sent, payload)
+}
+
+// note is what finish sends queued waiter w: a plain wake-up ("0") when
+// the head could be granted now (the head must take, the waiter behind it
+// may have to prune it), else the reply w's attempt would get, its sleep
+// and place, "s:<sleep>:<ahead>" (issue 33: an attempt that changes
+// nothing is saved).
+func (op *semOp) note(w string, grace int64) string {
+	head, _ := op.front()
+	if op.fits(head) {
+		return "0"
+	}
+	return "s:" + strconv.FormatInt(op.sleep(w, grace), 10) + ":" + strconv.FormatInt(op.s.Ahead(w), 10)
 }
 
 // sleep is a waiter's bound: while the front cannot be granted, until the
@@ -394,6 +433,16 @@ func (s *SemFair) Acquire(now int64, a SemAcquire) (granted bool, value int64, e
 					return true, l.Token, nil
 				}
 				return false, 0, ErrSemFairGrantOver
+			case "granted":
+				// A release granted this request the permits (handoff):
+				// the first copy claims the grant, its lease becoming
+				// this copy's (never shorter), the latch held.
+				if s.live(a.Owner, now) {
+					s.Leases[a.Owner] = max(s.Leases[a.Owner], now+a.Lease)
+					s.Acquires[a.Request] = SemLatch{State: "held", Token: l.Token, ExpiresAt: now + a.LatchMs}
+					return true, l.Token, nil
+				}
+				return false, 0, ErrSemFairGrantOver
 			}
 		}
 	}
@@ -449,6 +498,9 @@ func (s *SemFair) Acquire(now int64, a SemAcquire) (granted bool, value int64, e
 			s.Seqs[a.Owner], s.Joined = seq, true
 			s.Queue = append(s.Queue, a.Owner)
 			s.Deadlines[a.Owner], s.Wants[a.Owner] = deadline, a.N
+			if a.LatchMs > 0 {
+				s.Notes[a.Owner] = SemNote{Lease: a.Lease, Slot: a.Wait, LatchMs: a.LatchMs, Request: a.Request}
+			}
 		}
 	}
 	op.finish(caller, head0, second0, op.reclaimed, a.Grace)
@@ -485,8 +537,42 @@ func (s *SemFair) Release(now int64, owner, request string, latchMs, grace int64
 	if latchMs > 0 {
 		s.Releases[request] = SemLatch{Result: result, ExpiresAt: now + latchMs}
 	}
+	for op.handoff(owner, grace) {
+	}
 	op.finish("", head0, second0, result == 1 || op.reclaimed, grace)
 	return result
+}
+
+// handoff is a release's direct grant (issue 33; the fair lock's, model
+// Lock.handoff): when the caller's grace is on and the head (not the
+// caller) fits in the free permits, joined with a note whose request was
+// not given up (no latch yet), the head is granted its ask as its own take
+// would (it leaves the queue, those behind it drop by its slot, the token
+// is incremented) for min(its lease, 2 graces), its latch says "granted"
+// for max(its latch life, that grant), and the grant is published on its
+// channel. It reports whether it granted (the release then tries the next
+// head).
+func (op *semOp) handoff(caller string, grace int64) bool {
+	s := op.s
+	head, _ := op.front()
+	if grace <= 0 || head == "" || head == caller || !op.fits(head) {
+		return false
+	}
+	n, ok := s.Notes[head]
+	if !ok {
+		return false
+	}
+	if _, exists := s.Acquires[n.Request]; exists {
+		return false
+	}
+	ask := s.Wants[head]
+	ttl := min(n.Lease, 2*grace)
+	op.remove(head, n.Slot)
+	s.Holders[head], s.Leases[head] = ask, op.now+ttl
+	s.Token++
+	s.Acquires[n.Request] = SemLatch{State: "granted", Token: s.Token, ExpiresAt: op.now + max(n.LatchMs, ttl)}
+	s.wake(head, GrantMessage(s.Token, ttl, n.Request))
+	return true
 }
 
 // Leave takes owner out of the queue (those behind it get wait earlier);
@@ -511,7 +597,7 @@ func (s *SemFair) Abandon(now int64, owner, request string, latchMs, grace int64
 		return false
 	}
 	give := s.live(owner, now) // an owner id is one acquisition's: its grant, latched or not
-	granted := ok && l.State == "held" || give
+	granted := ok && (l.State == "held" || l.State == "granted") || give
 	state := "void"
 	if granted {
 		state = "void:held"

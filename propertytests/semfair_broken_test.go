@@ -41,6 +41,21 @@ var semBroken = []struct {
 	{"a release does not wake the new head", wire.FileSemFairRelease,
 		"finish(nil, head0, second0, result == 1 or RECLAIMED, grace)",
 		"finish(nil, head0, second0, RECLAIMED, grace)", false},
+	// issue 33: a waiter woken while the head cannot be granted is sent
+	// its attempt's reply (a note), which depends on the head alone.
+	{"a note follows the woken waiter's own ask, not the head's (issue 33)", wire.FileSemFairRelease,
+		"    if res_free(q_front() or w) then", "    if res_free(w) then", false},
+	{"a note's sleep ignores the grace bound of the waiter behind the head (issue 33)", wire.FileSemFairRelease,
+		"    if grace > 0 and second and (pttl < 0 or pttl > grace) then", "    if false then", false},
+	// issue 33: a release grants the permits to the heads that fit
+	// directly; the first copy of the request claims the grant.
+	{"a handed-off grant is never claimed: its lease stays two graces (issue 33)", wire.FileSemFairAcquire,
+		"                if ends > LEASE[owner] then", "                if false then", false},
+	{"a release hands off to a request that was given up (issue 33)", wire.FileSemFairRelease,
+		"            or redis.call('exists', latch) == 1 then", "            or false then", false},
+	{"a release hands off to one head only (issue 33)", wire.FileSemFairRelease,
+		"    while h and handoff(owner, h, grace, KEYS[7], ARGV[5]) do\n        h = q_front()",
+		"    while h and handoff(owner, h, grace, KEYS[7], ARGV[5]) do\n        h = nil", false},
 }
 
 func TestSemFairBrokenVariantsFail(t *testing.T) {

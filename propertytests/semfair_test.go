@@ -272,6 +272,16 @@ func (h *semFairHarness) acquireN(t *rapid.T, owner string, n int64, queue bool)
 	h.end(t, fmt.Sprintf("acquire %s n=%d queue=%v", owner, n, queue))
 }
 
+func countNotes(sent []string) int {
+	n := 0
+	for _, p := range sent {
+		if _, ok := wire.ParseNote(p); ok {
+			n++
+		}
+	}
+	return n
+}
+
 func semWithin(tol, want, got int64) bool {
 	if tol == 0 || want == -1 || want == 1 {
 		return want == got
@@ -436,12 +446,18 @@ func (h *semFairHarness) end(t *rapid.T, what string) {
 		t.Fatalf("after %s: dump: %v", what, err)
 	}
 	h.got = got
-	var woken []string
+	var woken, sent []string
 	for _, m := range pub {
-		if !strings.HasPrefix(m.Channel, h.k.Channel+":") || m.Payload != wire.UnlockMessage {
+		_, note := wire.ParseNote(m.Payload)
+		_, grant := wire.ParseGrant(m.Payload)
+		if grant {
+			h.c.grants++
+		}
+		if !strings.HasPrefix(m.Channel, h.k.Channel+":") || m.Payload != wire.UnlockMessage && !note && !grant {
 			t.Fatalf("after %s: unexpected message %v", what, m)
 		}
 		woken = append(woken, strings.TrimPrefix(m.Channel, h.k.Channel+":"))
+		sent = append(sent, m.Payload)
 	}
 	h.c.notified += len(woken)
 	for _, w := range h.prevQueue {
@@ -451,11 +467,24 @@ func (h *semFairHarness) end(t *rapid.T, what string) {
 	}
 	h.prevQueue = slices.Clone(got.Queue)
 	h.c.maxQueue = max(h.c.maxQueue, len(got.Queue))
-	want := h.m.Woken[h.mWoken:]
+	want, wantSent := h.m.Woken[h.mWoken:], h.m.Sent[h.mWoken:]
 	h.mWoken = len(h.m.Woken)
 	if !slices.Equal(want, woken) {
 		h.fail(t, "after %s: woken %v, model %v", what, woken, want)
 	}
+	// A note carries an attempt's reply: its place exactly, its sleep as
+	// an attempt's (within the backend's tolerance).
+	if !slices.EqualFunc(wantSent, sent, func(w, g string) bool {
+		wn, wok := wire.ParseNote(w)
+		gn, gok := wire.ParseNote(g)
+		if !wok || !gok {
+			return w == g
+		}
+		return wn.Ahead == gn.Ahead && semWithin(h.tol, wn.SleepMs, gn.SleepMs)
+	}) {
+		h.fail(t, "after %s: messages %v, model %v (to %v)", what, sent, wantSent, woken)
+	}
+	h.c.sleepNotes += countNotes(sent)
 	if err := h.compare(got); err != nil {
 		h.fail(t, "after %s: %v", what, err)
 	}
@@ -483,6 +512,8 @@ func (h *semFairHarness) compare(g *model.SemFair) error {
 		return fmt.Errorf("asks %v, model %v", g.Wants, m.Wants)
 	case !maps.EqualFunc(m.Deadlines, g.Deadlines, h.within):
 		return fmt.Errorf("deadlines %v, model %v", g.Deadlines, m.Deadlines)
+	case !maps.Equal(m.Notes, g.Notes):
+		return fmt.Errorf("handoff notes %v, model %v", g.Notes, m.Notes)
 	case m.Token != g.Token:
 		return fmt.Errorf("token %d, model %d", g.Token, m.Token)
 	case m.GraceOwner != g.GraceOwner || m.GraceOwner != "" && (m.GraceSecond != g.GraceSecond || !h.within(m.GraceEnd, g.GraceEnd)):
@@ -565,6 +596,18 @@ func semFairDump(ctx context.Context, rdb *redis.Client, k wire.SemFairKeys, now
 		return nil, fmt.Errorf("queue: %w", err)
 	}
 	s.Queue = queue
+	for _, o := range queue {
+		// a handoff note after the join sequence:
+		// "<seq>|<lease>|<slot>|<latch ms>|<latch key>"
+		if _, note, ok := strings.Cut(sq.Val()["s:"+o], "|"); ok {
+			f := strings.SplitN(note, "|", 4)
+			if len(f) != 4 || !strings.HasPrefix(f[3], k.AcquireLatch("")) {
+				return nil, fmt.Errorf("handoff note of %s: %q", o, note)
+			}
+			s.Notes[o] = model.SemNote{Lease: mustInt(f[0]), Slot: mustInt(f[1]), LatchMs: mustInt(f[2]),
+				Request: strings.TrimPrefix(f[3], k.AcquireLatch(""))}
+		}
+	}
 	for o, d := range deadlines {
 		s.Deadlines[o] = now + d - server
 	}
@@ -596,6 +639,8 @@ func semFairDump(ctx context.Context, rdb *redis.Client, k wire.SemFairKeys, now
 			l.Result = mustInt(v)
 		case strings.HasPrefix(v, "held:"):
 			l.State, l.Token = "held", mustInt(strings.TrimPrefix(v, "held:"))
+		case strings.HasPrefix(v, "granted:"):
+			l.State, l.Token = "granted", mustInt(strings.TrimPrefix(v, "granted:"))
 		default:
 			l.State = v
 		}
@@ -634,9 +679,10 @@ func walkQueue(f map[string]string) ([]string, map[string]int64, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		seq, err := num("s:" + o)
+		v, _, _ := strings.Cut(f["s:"+o], "|") // (a handoff note follows)
+		seq, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("join sequence of %s: %q", o, f["s:"+o])
 		}
 		if prev == "" {
 			headSeq = seq
@@ -682,7 +728,7 @@ func TestSemFairRedisServer(t *testing.T) { checkSemFair(t, newSemReal(t)) }
 func checkSemFair(t *testing.T, b semBackend) {
 	var c counts
 	rapid.Check(t, semFairMachine(b, wire.SemFairDefault(), &c))
-	t.Logf("%v", &c)
+	t.Logf("%v; %d wake-ups carrying their reply, %d direct handoffs", &c, c.sleepNotes, c.grants)
 }
 
 func FuzzSemFairMiniredis(f *testing.F) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fairlock-go/fairlock"
@@ -23,8 +24,10 @@ import (
 //
 // The queue is the fair lock's (its scalable engine, docs/design.md "The
 // fair semaphore"): one wake-up channel per waiter, wait slots, the head
-// grace, bounded replies, idempotent acquisition by request id, and the
-// same liveness bound. Permits' leases end on the Redis server's clock: a
+// grace, bounded replies, idempotent acquisition by request id, the direct
+// handoff (a release grants the permits to the waiters at the head that
+// fit; they return without another round trip), and the same liveness
+// bound. Permits' leases end on the Redis server's clock: a
 // crashed holder's permits come back when its lease ends.
 //
 // It is safe for concurrent use and cheap to make (NewFair talks to
@@ -214,6 +217,17 @@ type fairEngine struct {
 	s *core.Session
 	k wire.SemFairKeys
 	n int64
+
+	// The re-check after subscribing (issue 33): the first definite reply
+	// that queued the request arms recheck, with that reply's sleep and
+	// when it came; the next Try (core's attempt right after subscribing
+	// to the waiter's channel) consumes it.
+	mu       sync.Mutex
+	armed    bool // a queued reply came; no re-check yet
+	rechecks bool // the re-check was made
+	sleepMs  int64
+	at       time.Time
+	id       string // the request the reply was for
 }
 
 func (e *fairEngine) args(a wire.Args) wire.SemArgs {
@@ -223,7 +237,23 @@ func (e *fairEngine) args(a wire.Args) wire.SemArgs {
 
 // Try makes one attempt (sem_fair_acquire.lua): acquired, ttlMs is the
 // grant's token; otherwise how long to sleep at most.
+//
+// The re-check (issue 33). The attempt that follows the first one that
+// queued the request is core's re-check after subscribing to the waiter's
+// channel: it catches a message sent before the subscription. The scripts
+// send a waiter a message only as the head or the waiter right behind it,
+// or as a grant, which writes the request's latch; so when the waiter is
+// queued behind the first two and its request has no latch
+// (sem_fair_queued.lua: two reads), no message was lost and the first
+// attempt's reply stands (its sleep counted from when it came): the full
+// script is not run. Otherwise, and for every later attempt, it is.
 func (e *fairEngine) Try(ctx context.Context, a wire.Args, queue bool) (bool, int64, error) {
+	if sleep, ok := e.recheck(a, queue); ok {
+		still, err := e.s.SemFairScripts().Queued(ctx, e.s.RDB, e.k, wire.SemArgs{Owner: a.Owner, AcquireID: a.AcquireID})
+		if err == nil && still {
+			return false, sleep, nil
+		}
+	}
 	sa := e.args(a)
 	sa.Queue = queue
 	r, err := e.s.SemFairScripts().Acquire(ctx, e.s.RDB, e.k, sa)
@@ -233,7 +263,39 @@ func (e *fairEngine) Try(ctx context.Context, a wire.Args, queue bool) (bool, in
 	if r.Granted {
 		return true, r.Token, nil
 	}
+	if queue {
+		e.queued(a.AcquireID, r.SleepMs)
+	}
 	return false, r.SleepMs, nil
+}
+
+// queued records a reply that queued request id (the first arms the
+// re-check).
+func (e *fairEngine) queued(id string, sleepMs int64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.armed && !e.rechecks {
+		e.armed, e.sleepMs, e.at, e.id = true, sleepMs, time.Now(), id
+	}
+}
+
+// recheck reports whether this attempt is the re-check (once per
+// acquisition, for the request the armed reply was for), and the sleep
+// left of that reply (-1 stays -1: no lease will end).
+func (e *fairEngine) recheck(a wire.Args, queue bool) (int64, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.armed || e.rechecks {
+		return 0, false
+	}
+	e.armed, e.rechecks = false, true
+	if !queue || a.AcquireID == "" || a.AcquireID != e.id {
+		return 0, false
+	}
+	if e.sleepMs < 0 {
+		return e.sleepMs, true
+	}
+	return max(1, e.sleepMs-time.Since(e.at).Milliseconds()), true
 }
 
 // TryAhead is Try with the caller's queue position (core.AheadTrier).
@@ -274,6 +336,17 @@ func (e *fairEngine) ForceUnlock(ctx context.Context, a wire.Args) (bool, error)
 // WakeChannel is the waiter's own channel: only the waiters that must act
 // are woken.
 func (e *fairEngine) WakeChannel(owner string) string { return e.k.WaiterChannel(owner) }
+
+// Handoff (core.HandingOff) is true (issue 33): a release grants the
+// permits to the heads that fit directly and publishes the grant
+// (sem_fair_release.lua), which the wait loop takes without an attempt and
+// claims (its full lease) in the background; the scripts send a waiter
+// woken while the head cannot be granted its attempt's reply instead of a
+// plain wake-up (wire.Note, res_sem.lua's RES_NOTES), which the wait loop
+// takes without an attempt either. A waiter that gives up voids its
+// request (sem_fair_abandon.lua: a grant in flight is given back) besides
+// leaving the queue.
+func (e *fairEngine) Handoff() bool { return true }
 
 // Abandon voids the request (sem_fair_abandon.lua), which gives back the
 // permits a copy of it was granted: nothing is left for the caller to

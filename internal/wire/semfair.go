@@ -26,6 +26,7 @@ const (
 	FileSemFairSetPermits     = "sem_fair_set_permits.lua"
 	FileSemFairAddPermits     = "sem_fair_add_permits.lua"
 	FileSemFairState          = "sem_fair_state.lua"
+	FileSemFairQueued         = "sem_fair_queued.lua"
 	fileResSem                = "res_sem.lua"
 	semHolderPrefix           = "fairlock_sem"
 	semLeasePrefix            = "fairlock_sem_lease"
@@ -41,7 +42,7 @@ const (
 // SemFairFiles lists the fair semaphore's scripts, in a fixed order.
 var SemFairFiles = []string{
 	FileSemFairAcquire, FileSemFairRelease, FileSemFairLeave, FileSemFairAbandon,
-	FileSemFairRenew, FileSemFairSetPermits, FileSemFairAddPermits, FileSemFairState,
+	FileSemFairRenew, FileSemFairSetPermits, FileSemFairAddPermits, FileSemFairState, FileSemFairQueued,
 }
 
 // SemFairKeys are the Redis keys and channels of one fair semaphore, all with
@@ -96,14 +97,14 @@ func (k SemFairKeys) common(extra ...string) []string {
 
 // SemFairSource returns the text of a fair-semaphore script as it is sent
 // to Redis: the body with latch_common.lua, queue_scalable.lua,
-// res_sem.lua and fair_common.lua in front of it (the renewal, which uses
+// res_sem.lua and fair_common.lua in front of it (the renewal and the queued check, which use
 // none of them, as it is).
 func SemFairSource(file string) string {
 	body, err := readFile(file)
 	if err != nil || !strings.HasPrefix(file, "sem_fair_") {
 		panic("lua: no fair-semaphore script " + file)
 	}
-	if file == FileSemFairRenew {
+	if file == FileSemFairRenew || file == FileSemFairQueued {
 		return string(body)
 	}
 	return mustRead(fileLatchCommon) + mustRead(fileFairToken) + mustRead(fileQueueScalable) + mustRead(fileResSem) + mustRead(fileFairCommon) + string(body)
@@ -251,15 +252,16 @@ func (s *SemFairScripts) Acquire(ctx context.Context, rdb redis.Scripter, k SemF
 }
 
 // Release runs sem_fair_release.lua (reads Owner, ReleaseID, LatchMs,
-// GraceMs, PubCmd). It reports whether the owner held permits and gave
+// GraceMs, PubCmd), with the acquisition latches' prefix: a release hands
+// the permits off to the heads that fit (issue 33). It reports whether the owner held permits and gave
 // them back (a retry with the same ReleaseID reports the first answer).
 func (s *SemFairScripts) Release(ctx context.Context, rdb redis.Scripter, k SemFairKeys, a SemArgs) (released bool, err error) {
 	latchMs := int64(0)
 	if a.ReleaseID != "" {
 		latchMs = max(a.LatchMs, 1)
 	}
-	c := s.call(FileSemFairRelease, k, k.ReleaseLatch(a.ReleaseID), 4)
-	c.str(a.Owner).num(latchMs).num(a.GraceMs).key(a.pubCmd())
+	c := s.call(FileSemFairRelease, k, k.ReleaseLatch(a.ReleaseID), 5)
+	c.str(a.Owner).num(latchMs).num(a.GraceMs).key(a.pubCmd()).str(k.alatch)
 	n, err := c.run(ctx, rdb).Int64()
 	return n == 1, semErr(err)
 }
@@ -332,6 +334,17 @@ func (s *SemFairScripts) SetPermits(ctx context.Context, rdb redis.Scripter, k S
 func (s *SemFairScripts) AddPermits(ctx context.Context, rdb redis.Scripter, k SemFairKeys, delta int64, a SemArgs) (pool int64, err error) {
 	n, err := s.run(ctx, rdb, FileSemFairAddPermits, k.common(), delta, a.GraceMs, a.pubCmd()).Int64()
 	return n, semErr(err)
+}
+
+// Queued runs sem_fair_queued.lua (reads Owner, AcquireID): whether the
+// owner is queued behind the first two places and its request has no
+// latch (issue 33: the cheap re-check after subscribing).
+func (s *SemFairScripts) Queued(ctx context.Context, rdb redis.Scripter, k SemFairKeys, a SemArgs) (bool, error) {
+	if a.AcquireID == "" {
+		return false, nil
+	}
+	n, err := s.run(ctx, rdb, FileSemFairQueued, []string{k.Queue, k.AcquireLatch(a.AcquireID)}, a.Owner).Int64()
+	return n == 1, err
 }
 
 // SemState is what sem_fair_state.lua reads.

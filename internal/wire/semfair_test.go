@@ -88,7 +88,10 @@ func TestSemFairContract(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []wire.RenewStatus{wire.RenewOK, wire.RenewGone}, st2)
 
-		// A releases: B (head) and C (second) are woken; the retry is latched.
+		// A releases: B (head, 2) and C (1) both fit in the 3 free permits,
+		// and joined with latches: the release grants them the permits
+		// directly, in order, on their channels (issue 33); the retry is
+		// latched.
 		drain()
 		rel := wire.SemArgs{Owner: "u:A", ReleaseID: "ra", LatchMs: 60000, GraceMs: 5000}
 		ok, err := s.Release(ctx, rdb, k, rel)
@@ -105,13 +108,14 @@ func TestSemFairContract(t *testing.T) {
 		_, err = s.Acquire(ctx, rdb, k, arg("u:A", 2, "a1"))
 		require.ErrorIs(t, err, wire.ErrGrantOver)
 
-		// B, then C, are granted in order with increasing tokens.
+		// B, then C, were granted in order with increasing tokens; their
+		// requests' copies claim the grants.
 		r, err = s.Acquire(ctx, rdb, k, arg("u:B", 2, "b1"))
 		require.NoError(t, err)
 		require.True(t, r.Granted)
 		assert.Greater(t, r.Token, tokA)
 		tokB := r.Token
-		assert.Contains(t, drain(), k.WaiterChannel("u:C"), "the new head is woken")
+		assert.Empty(t, drain(), "nobody is left to wake")
 		r, err = s.Acquire(ctx, rdb, k, arg("u:C", 1, "c1"))
 		require.NoError(t, err)
 		require.True(t, r.Granted)
@@ -315,5 +319,54 @@ func TestSemFairStateCountsADamagedHolderAsAcquisitionDoes(t *testing.T) {
 		assert.False(t, r.Granted, "nothing is granted against a damaged count")
 		assert.Equal(t, wire.SemState{Pool: 3, Available: 0, Holders: 1, Queued: 0}, st,
 			"State reports as free only what an acquisition could take")
+	})
+}
+
+func TestSemFairQueuedContract(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		s := wire.SemFairDefault()
+		k := wire.SemFairKeysFor(redistest.Prefix(t) + "semq")
+		_, _, err := s.SetPermits(ctx, rdb, k, 1, wire.SemArgs{GraceMs: 5000})
+		require.NoError(t, err)
+		arg := func(owner, id string) wire.SemArgs {
+			return wire.SemArgs{Owner: owner, Permits: 1, LeaseMs: 60000, WaitMs: 1000, GraceMs: 5000,
+				Queue: true, AcquireID: id, LatchMs: 60000}
+		}
+		r, err := s.Acquire(ctx, rdb, k, arg("u:A", ""))
+		require.NoError(t, err)
+		require.True(t, r.Granted)
+		for _, o := range []string{"u:B", "u:C", "u:D"} {
+			r, err = s.Acquire(ctx, rdb, k, arg(o, ""))
+			require.NoError(t, err)
+			require.False(t, r.Granted)
+		}
+		for _, c := range []struct {
+			owner, id string
+			want      bool
+		}{
+			{"u:A", "a", false}, // holds, not queued
+			{"u:B", "b", false}, // the head
+			{"u:C", "c", false}, // behind the head
+			{"u:D", "d", true},  // third
+			{"u:E", "e", false}, // not queued
+			{"u:D", "", false},  // no request id: no latch to read
+		} {
+			got, err := s.Queued(ctx, rdb, k, arg(c.owner, c.id))
+			require.NoError(t, err)
+			assert.Equal(t, c.want, got, "%s", c.owner)
+		}
+		// a latch of the request (a grant, a void): the attempt is made
+		require.NoError(t, rdb.Set(ctx, k.AcquireLatch("d"), "granted:9", time.Minute).Err())
+		got, err := s.Queued(ctx, rdb, k, arg("u:D", "d"))
+		require.NoError(t, err)
+		assert.False(t, got)
+		// a queue key of another type: 0, no error
+		require.NoError(t, rdb.Del(ctx, k.Queue).Err())
+		require.NoError(t, rdb.Set(ctx, k.Queue, "x", 0).Err())
+		got, err = s.Queued(ctx, rdb, k, arg("u:D", "e"))
+		require.NoError(t, err)
+		assert.False(t, got)
 	})
 }

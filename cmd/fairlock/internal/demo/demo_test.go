@@ -90,14 +90,21 @@ func TestPermitsMode(t *testing.T) {
 
 // TestPermitsModeCatchesAnUnfairSemaphore: the same run on a fair
 // semaphore whose acquisition ignores the queue (whoever finds a permit free
-// takes it): the demo's figures show the inversions.
+// takes it) and whose release hands nothing off (so that permits are free
+// while waiters are queued, as they are with Redisson's semaphore): the
+// demo's figures show the inversions.
 func TestPermitsModeCatchesAnUnfairSemaphore(t *testing.T) {
 	const good = "        if head and head ~= owner then\n            return false, false"
+	const handoff = "if ARGV[5] then\n    local h = q_front()"
 	broken := wire.EditSemFair(func(file, src string) string {
-		if file == wire.FileSemFairAcquire {
+		switch file {
+		case wire.FileSemFairAcquire:
 			require.Contains(t, src, good)
 			// whoever finds a permit free takes it, queued or not
 			return strings.Replace(src, good, "        if false then\n            return false, false", 1)
+		case wire.FileSemFairRelease:
+			require.Contains(t, src, handoff)
+			return strings.Replace(src, handoff, "if false then\n    local h = q_front()", 1)
 		}
 		return src
 	})
