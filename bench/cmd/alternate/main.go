@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -37,7 +38,18 @@ func main() {
 	n := flag.Int("n", 200, "handoffs per kind per round")
 	only := flag.String("kinds", "", "comma-separated kinds (default: reentrant,fair,scalable)")
 	chunk := flag.Int("chunk", 50, "handoffs per turn of a kind")
+	cpu := flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
 	flag.Parse()
+	if *cpu != "" {
+		f, err := os.Create(*cpu)
+		if err != nil {
+			panic(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			panic(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if *addr == "" {
 		fmt.Fprintln(os.Stderr, "--redis is required")
 		os.Exit(2)
