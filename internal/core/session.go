@@ -268,9 +268,10 @@ func (s *Session) track(m *Mutex) bool {
 func (s *Session) watchChannel() string { return "fairlock_client:{" + s.ID + "}" }
 
 // WaitChannels is how many channels the hub keeps for waiters: its
-// channels but the session's own (watch). For tests.
+// channels that have a waiter (one that only lingers, SubscriptionLinger,
+// is not counted) but the session's own (watch). For tests.
 func (s *Session) WaitChannels() int {
-	n := s.Hub.Channels()
+	n := s.Hub.Waited()
 	if s.Hub.Has(s.watchChannel()) {
 		n--
 	}

@@ -376,6 +376,20 @@ func (h *Hub) Channels() int {
 	return len(h.chans)
 }
 
+// Waited reports how many channels have waiters: Channels but those that
+// only linger (for tests).
+func (h *Hub) Waited() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, e := range h.chans {
+		if len(e.waiters) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // Has reports whether channel is subscribed (for tests).
 func (h *Hub) Has(channel string) bool {
 	h.mu.Lock()
