@@ -86,6 +86,17 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		q.cctx, cancel = context.WithDeadline(ctx, end)
 		defer cancel()
 	}
+	// A subscription to the wake channel that is live already (another
+	// waiter's, or one kept from this owner's last wait: pubsub.Linger) is
+	// joined before the first attempt: every release after that attempt
+	// reaches this waiter, so it waits on the attempt's reply at once,
+	// with no subscription round and no re-check.
+	w := m.S.Hub.Attach(m.E.WakeChannel(m.Owner))
+	defer func() {
+		if w != nil {
+			w.Close()
+		}
+	}()
 	ok, ttl, err := q.try()
 	if err != nil || ok {
 		return q.result(ok, err)
@@ -97,22 +108,26 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	if m.S.obs != nil {
 		q.waitStarted()
 	}
-	w, err := q.subscribe()
-	if err != nil || w == nil {
-		return q.giveUp(err)
+	recheck := w == nil
+	if w == nil {
+		if w, err = q.subscribe(); err != nil || w == nil {
+			return q.giveUp(err)
+		}
 	}
-	defer w.Close()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		ok, ttl, err = q.try()
-		if err != nil || ok {
-			return q.result(ok, err)
+		if recheck {
+			ok, ttl, err = q.try()
+			if err != nil || ok {
+				return q.result(ok, err)
+			}
+			if q.expired() {
+				return q.giveUp(nil)
+			}
+			q.pos.report()
 		}
-		if q.expired() {
-			return q.giveUp(nil)
-		}
-		q.pos.report()
+		recheck = true
 		due := time.Now().Add(q.sleepFor(ttl))
 		timer.Reset(time.Until(due))
 	wait:

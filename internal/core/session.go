@@ -91,6 +91,10 @@ func (s *Session) SeatsScripts() *wire.SeatsScripts { return s.Config.SeatsScrip
 
 // NewSession starts a session over rdb: the watchdog goroutine starts now,
 // the pub/sub connection at the first wait.
+// SubscriptionLinger is how long a wake channel stays subscribed after the
+// last wait on it ended (pubsub.Linger).
+var SubscriptionLinger = 2 * time.Second
+
 func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	if isNil(rdb) {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidValue)
@@ -115,7 +119,11 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	// A pub/sub connection that comes back after a failure (a restart, a
 	// failover) has every held lock re-checked at once: what Redis lost is
 	// reported to its holder then, not at the next renewal.
-	s.Hub = pubsub.New(rdb, 30*time.Second, mode, pubsub.OnRecover(func() { s.Watchdog.RenewNow() }))
+	// A wake channel stays subscribed for SubscriptionLinger after its
+	// last wait, so that an owner that waits again soon (a contended lock)
+	// reuses it: no SUBSCRIBE, PING, re-check, UNSUBSCRIBE, PING per wait.
+	s.Hub = pubsub.New(rdb, 30*time.Second, mode, pubsub.OnRecover(func() { s.Watchdog.RenewNow() }),
+		pubsub.Linger(SubscriptionLinger))
 	var slot watchdog.SlotFunc
 	if _, ok := rdb.(*redis.ClusterClient); ok {
 		slot = Slot
@@ -260,9 +268,10 @@ func (s *Session) track(m *Mutex) bool {
 func (s *Session) watchChannel() string { return "fairlock_client:{" + s.ID + "}" }
 
 // WaitChannels is how many channels the hub keeps for waiters: its
-// channels but the session's own (watch). For tests.
+// channels that have a waiter (one that only lingers, SubscriptionLinger,
+// is not counted) but the session's own (watch). For tests.
 func (s *Session) WaitChannels() int {
-	n := s.Hub.Channels()
+	n := s.Hub.Waited()
 	if s.Hub.Has(s.watchChannel()) {
 		n--
 	}

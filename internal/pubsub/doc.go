@@ -6,7 +6,10 @@
 // channel of capacity 1, so a message that arrives between a waiter's retry
 // and its wait is kept, not lost. Subscriptions are reference-counted per
 // channel: the first waiter makes the hub subscribe, the last one to leave
-// makes it unsubscribe. There is no goroutine per waiter.
+// makes it unsubscribe, at once or, with Linger, once the channel has had no
+// waiter for the linger time (a confirmed subscription is kept for the
+// next wait; Attach joins it without a round trip). There is no goroutine
+// per waiter.
 //
 // # Connections and the recovery path
 //
@@ -80,8 +83,8 @@
 //
 // # Files
 //
-//   - hub.go: the Hub and the waiter face: New, Subscribe, Waiter (C,
-//     Close), the wake-ups, confirmation of a channel's waiters, delivery
+//   - hub.go: the Hub and the waiter face: New, Subscribe, Attach, Linger,
+//     Waiter (C, Close), the wake-ups, confirmation of a channel's waiters, delivery
 //     of messages, and Close.
 //   - conn.go: connection generations and recovery: conn, its manager
 //     (manage), rebuild with backoff, the rounds of writes and their

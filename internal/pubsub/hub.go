@@ -33,6 +33,9 @@ type Hub struct {
 	ping    time.Duration
 	// onRecover runs when a failed connection works again (OnRecover).
 	onRecover func()
+	// linger is how long a channel stays subscribed after its last waiter
+	// left (Linger; 0: it is unsubscribed at once).
+	linger time.Duration
 
 	stop    context.Context // ends at Close: aborts writes, dials and backoffs
 	halt    context.CancelFunc
@@ -53,6 +56,10 @@ type entry struct {
 	confirmed bool
 	ready     chan struct{} // closed when confirmed
 	waiters   []*Waiter     // in arrival order
+	// idle counts the times the entry was left without waiters: a
+	// lingering entry (Linger) is dropped only by the expiry of its
+	// latest idle spell.
+	idle uint64
 }
 
 // Waiter is one subscriber's view of a channel.
@@ -85,6 +92,14 @@ func New(rdb redis.UniversalClient, pingEvery time.Duration, opts ...Option) *Hu
 	}
 	return h
 }
+
+// Linger keeps a channel subscribed for d after its last waiter left, so
+// that the next wait of the same owner (or of any waiter of the channel)
+// finds its subscription live: no SUBSCRIBE and confirming PING, and no
+// UNSUBSCRIBE, per wait. Only a confirmed subscription lingers; messages
+// that arrive while no waiter is registered are dropped, as they are on an
+// unsubscribed channel. d <= 0 (the default): unsubscribe at once.
+func Linger(d time.Duration) Option { return func(h *Hub) { h.linger = max(d, 0) } }
 
 // C is where wake-ups arrive. It has room for one: wake-ups coalesce.
 func (w *Waiter) C() <-chan struct{} { return w.c }
@@ -148,6 +163,9 @@ func (h *Hub) Subscribe(ctx context.Context, channel string) (*Waiter, error) {
 		c.todo[channel] = struct{}{}
 		c.wake()
 	}
+	if len(e.waiters) == 0 {
+		e.idle++ // a lingering entry in use again: its expiry is void
+	}
 	e.waiters = append(e.waiters, w)
 	ready := e.ready
 	h.mu.Unlock()
@@ -182,6 +200,32 @@ func (h *Hub) Subscribe(ctx context.Context, channel string) (*Waiter, error) {
 	}
 }
 
+// Attach registers a waiter on channel without waiting, when the channel's
+// subscription is already confirmed (another waiter holds it, or it
+// lingers: Linger): every message published after Attach returns reaches
+// the waiter, and should the connection fail, the waiter is woken once the
+// subscription is confirmed again, as Subscribe's are. Otherwise (no
+// subscription, or one not confirmed) it returns nil and changes nothing:
+// use Subscribe. A caller that attaches before it checks its lock need not
+// check again before it waits.
+func (h *Hub) Attach(channel string) *Waiter {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.chans[channel]
+	if h.closed || e == nil || !e.confirmed {
+		return nil
+	}
+	if _, moving := e.c.moving[channel]; moving {
+		return nil
+	}
+	if len(e.waiters) == 0 {
+		e.idle++
+	}
+	w := &Waiter{hub: h, channel: channel, c: make(chan struct{}, 1)}
+	e.waiters = append(e.waiters, w)
+	return w
+}
+
 // Close removes the waiter. A wake-up it received but did not consume passes
 // to the next waiter on the channel, so that it is not lost. The last waiter
 // to leave unsubscribes.
@@ -211,17 +255,42 @@ func (w *Waiter) Close() {
 	if len(e.waiters) > 0 {
 		return
 	}
-	delete(h.chans, w.channel)
+	e.idle++
+	if _, moving := e.c.moving[w.channel]; h.linger > 0 && !h.closed && e.confirmed && !moving {
+		// Kept for the next wait: dropped when it stays unused.
+		idle := e.idle
+		time.AfterFunc(h.linger, func() { h.expire(e, idle) })
+		return
+	}
+	h.dropLocked(e)
+}
+
+// expire drops a lingering entry that had no waiter since its idle spell
+// idle began.
+func (h *Hub) expire(e *entry, idle uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.chans[e.channel] != e || len(e.waiters) > 0 || e.idle != idle {
+		return
+	}
+	h.dropLocked(e)
+}
+
+// dropLocked forgets e, which has no waiters, and unsubscribes its channel.
+// h.mu is held.
+func (h *Hub) dropLocked(e *entry) {
+	ch := e.channel
+	delete(h.chans, ch)
 	c := e.c
-	_, moving := c.moving[w.channel]
-	delete(c.subs, w.channel)
-	delete(c.todo, w.channel)
-	delete(c.unconf, w.channel)
-	delete(c.moving, w.channel)
+	_, moving := c.moving[ch]
+	delete(c.subs, ch)
+	delete(c.todo, ch)
+	delete(c.unconf, ch)
+	delete(c.moving, ch)
 	if !h.closed && !moving && e.gen != 0 && e.gen == c.gen {
 		// Subscribed (or being subscribed) on this generation's
 		// connection: the manager unsubscribes after it.
-		c.drop[w.channel] = struct{}{}
+		c.drop[ch] = struct{}{}
 		c.wake()
 	}
 }
@@ -305,6 +374,20 @@ func (h *Hub) Channels() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.chans)
+}
+
+// Waited reports how many channels have waiters: Channels but those that
+// only linger (for tests).
+func (h *Hub) Waited() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, e := range h.chans {
+		if len(e.waiters) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // Has reports whether channel is subscribed (for tests).

@@ -1,0 +1,197 @@
+// Command alternate measures issue 33's strict alternation of two clients
+// against the chain floor of the same server, in one run: the waiter is in
+// Lock (a context with a deadline) 2 ms before the holder's Unlock (a
+// context.WithTimeout); a handoff is from the Unlock call to the waiter's
+// Lock return. The floor is a script that publishes, the delivery to a
+// subscriber on another connection, and that subscriber's script. Kinds
+// take turns in chunks, so that a slow spell hits all alike; each round
+// prints every kind's median and its ratio to the round's floor.
+//
+//	go run ./cmd/alternate --redis 127.0.0.1:6379 --rounds 5 --n 200
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/fair"
+	"github.com/fairlock-go/fairlock/reentrant"
+)
+
+type locker interface {
+	Lock(context.Context) error
+	Unlock(context.Context) error
+}
+
+func main() {
+	addr := flag.String("redis", "", "host:port of a Redis (required)")
+	rounds := flag.Int("rounds", 5, "rounds")
+	n := flag.Int("n", 200, "handoffs per kind per round")
+	only := flag.String("kinds", "", "comma-separated kinds (default: reentrant,fair,scalable)")
+	chunk := flag.Int("chunk", 50, "handoffs per turn of a kind")
+	cpu := flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
+	flag.Parse()
+	if *cpu != "" {
+		f, err := os.Create(*cpu)
+		if err != nil {
+			panic(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			panic(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if *addr == "" {
+		fmt.Fprintln(os.Stderr, "--redis is required")
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	mk := func() (*redis.Client, *fairlock.Client) {
+		rdb := redis.NewClient(&redis.Options{Addr: *addr})
+		fl, err := fairlock.NewClient(rdb)
+		if err != nil {
+			panic(err)
+		}
+		return rdb, fl
+	}
+	r1, c1 := mk()
+	r2, c2 := mk()
+	defer r1.Close()
+	defer r2.Close()
+	defer c1.Close()
+	defer c2.Close()
+	prefix := fmt.Sprintf("alt%d:", time.Now().UnixNano())
+	type kind struct {
+		name string
+		x, y locker
+	}
+	var kinds []kind
+	{
+		a, _ := reentrant.New(c1, prefix+"re")
+		b, _ := reentrant.New(c2, prefix+"re")
+		kinds = append(kinds, kind{"reentrant", a, b})
+		f1, _ := fair.New(c1, prefix+"fr")
+		f2, _ := fair.New(c2, prefix+"fr")
+		kinds = append(kinds, kind{"fair", f1, f2})
+		s1, _ := fair.New(c1, prefix+"fs", fair.WithEngine(fair.Scalable))
+		s2, _ := fair.New(c2, prefix+"fs", fair.WithEngine(fair.Scalable))
+		kinds = append(kinds, kind{"scalable", s1, s2})
+	}
+	if *only != "" {
+		var ks []kind
+		for _, k := range kinds {
+			if slices.Contains(strings.Split(*only, ","), k.name) {
+				ks = append(ks, k)
+			}
+		}
+		kinds = ks
+	}
+	all := map[string][]float64{}
+	for r := 0; r < *rounds; r++ {
+		lat := map[string][]time.Duration{}
+		for c := 0; c < max(1, *n / *chunk); c++ {
+			lat["floor"] = append(lat["floor"], floor(ctx, r1, r2, prefix+"floor", *chunk)...)
+			for _, k := range kinds {
+				lat[k.name] = append(lat[k.name], alternate(ctx, k.x, k.y, *chunk)...)
+			}
+		}
+		fl := median(lat["floor"])
+		fmt.Printf("round %d: floor %.1fµs", r+1, us(fl))
+		for _, k := range kinds {
+			m := median(lat[k.name])
+			all[k.name] = append(all[k.name], float64(m)/float64(fl))
+			fmt.Printf("  %s %.1fµs (%.2fx)", k.name, us(m), float64(m)/float64(fl))
+		}
+		fmt.Println()
+	}
+	fmt.Print("median ratio to floor:")
+	for _, k := range kinds {
+		v := all[k.name]
+		slices.Sort(v)
+		fmt.Printf("  %s %.2f", k.name, v[len(v)/2])
+	}
+	fmt.Println()
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+func median(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
+}
+
+func alternate(ctx context.Context, x, y locker, n int) []time.Duration {
+	hs := [2]locker{x, y}
+	if err := hs[0].Lock(ctx); err != nil {
+		panic(err)
+	}
+	holder := 0
+	got := make(chan time.Time, 1)
+	var lat []time.Duration
+	for i := 0; i < n; i++ {
+		w := 1 - holder
+		go func() {
+			lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := hs[w].Lock(lctx); err != nil {
+				panic(err)
+			}
+			got <- time.Now()
+		}()
+		time.Sleep(2 * time.Millisecond)
+		uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		t0 := time.Now()
+		if err := hs[holder].Unlock(uctx); err != nil {
+			panic(err)
+		}
+		cancel()
+		lat = append(lat, (<-got).Sub(t0))
+		holder = w
+	}
+	uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = hs[holder].Unlock(uctx)
+	return lat
+}
+
+var (
+	pub  = redis.NewScript("redis.call('del', KEYS[1]); return redis.call('publish', KEYS[2], '0')")
+	take = redis.NewScript("return redis.call('set', KEYS[1], ARGV[1], 'px', 30000)")
+)
+
+func floor(ctx context.Context, r1, r2 *redis.Client, ch string, n int) []time.Duration {
+	ps := r2.Subscribe(ctx, ch)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		panic(err)
+	}
+	_ = pub.Load(ctx, r1).Err()
+	_ = take.Load(ctx, r2).Err()
+	got := make(chan time.Time, 1)
+	go func() {
+		for {
+			if _, err := ps.ReceiveMessage(ctx); err != nil {
+				return
+			}
+			_ = take.EvalSha(ctx, r2, []string{ch + "k"}, "x").Err()
+			got <- time.Now()
+		}
+	}()
+	var lat []time.Duration
+	for i := 0; i < n; i++ {
+		time.Sleep(2 * time.Millisecond)
+		t0 := time.Now()
+		_ = pub.EvalSha(ctx, r1, []string{ch + "k", ch}).Err()
+		lat = append(lat, (<-got).Sub(t0))
+	}
+	return lat
+}

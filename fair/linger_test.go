@@ -1,0 +1,136 @@
+package fair_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock-go/fairlock/internal/redistest"
+)
+
+// Issue 33: a waiter's wake channel stays subscribed after its wait
+// (pubsub.Linger), and the owner's next wait joins that subscription before
+// its first attempt: it waits on that attempt's reply, with no re-check,
+// and every release still wakes it. Before the fix every wait subscribed
+// again and re-checked (two attempts before the release); a first version
+// of the fix that left the subscribing wait's waiter registered after its
+// Lock returned lost the third wait's wake-up (the deadline ran out).
+func TestWaitsReuseTheSubscription(t *testing.T) {
+	for _, e := range engineCases {
+		t.Run(e.name, func(t *testing.T) {
+			be := redistest.Real(t)
+			ctx := testCtx(t)
+			rdb := be.Client(t)
+			name := redistest.Prefix(t) + "lock"
+			holder := newMutex(t, newClient(t, be.Client(t)), name, e.opt)
+			wrdb := be.Client(t)
+			var evals atomic.Int64
+			wrdb.AddHook(countHook{n: &evals})
+			waiter := newMutex(t, newClient(t, wrdb), name, e.opt)
+			for round := 1; round <= 4; round++ {
+				require.NoError(t, holder.Lock(ctx))
+				before := evals.Load()
+				got := make(chan error, 1)
+				go func() {
+					wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+					defer cancel()
+					got <- waiter.Lock(wctx)
+				}()
+				e.waitQueued(t, rdb, name, 1)
+				want := int64(2) // an attempt, a subscription, a re-check
+				if round > 1 {
+					want = 1 // the subscription is live: no re-check
+				}
+				require.Eventually(t, func() bool { return evals.Load()-before >= want }, 10*time.Second, time.Millisecond)
+				time.Sleep(200 * time.Millisecond) // a re-check, if any, has run
+				require.Equal(t, want, evals.Load()-before, "round %d: attempts before the release", round)
+				t0 := time.Now()
+				require.NoError(t, holder.Unlock(ctx))
+				select {
+				case err := <-got:
+					require.NoError(t, err, "round %d", round)
+				case <-time.After(10 * time.Second):
+					t.Fatalf("round %d: the release did not wake the waiter within 10 s", round)
+				}
+				require.Less(t, time.Since(t0), 5*time.Second, "round %d", round)
+				require.NoError(t, waiter.Unlock(ctx))
+			}
+		})
+	}
+}
+
+// A subscription kept for reuse whose pub/sub connection is killed while a
+// wait that reused it sleeps: the release's message is lost with the
+// connection, and the hub's new connection wakes the waiter once it is
+// subscribed again, so the waiter still takes the lock well within its
+// lease (30 s; the wait's deadline is 20 s).
+func TestReusedSubscriptionSurvivesAKilledConnection(t *testing.T) {
+	for _, e := range engineCases {
+		t.Run(e.name, func(t *testing.T) {
+			be := redistest.Real(t)
+			ctx := testCtx(t)
+			rdb := be.Client(t)
+			name := redistest.Prefix(t) + "lock"
+			holder := newMutex(t, newClient(t, be.Client(t)), name, e.opt)
+			cname := strings.ReplaceAll(redistest.Prefix(t), ":", "") + "w"
+			wrdb := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr, ClientName: cname})
+			t.Cleanup(func() { _ = wrdb.Close() })
+			var evals atomic.Int64
+			wrdb.AddHook(countHook{n: &evals})
+			waiter := newMutex(t, newClient(t, wrdb), name, e.opt)
+			wait := func(kill bool) {
+				require.NoError(t, holder.Lock(ctx))
+				before := evals.Load()
+				got := make(chan error, 1)
+				go func() {
+					wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+					defer cancel()
+					got <- waiter.Lock(wctx)
+				}()
+				e.waitQueued(t, rdb, name, 1)
+				require.Eventually(t, func() bool { return evals.Load() > before }, 10*time.Second, time.Millisecond)
+				if kill {
+					killPubSub(t, rdb, cname)
+				}
+				t0 := time.Now()
+				require.NoError(t, holder.Unlock(ctx))
+				select {
+				case err := <-got:
+					require.NoError(t, err)
+				case <-time.After(15 * time.Second):
+					t.Fatal("the release did not wake the waiter within 15 s")
+				}
+				require.Less(t, time.Since(t0), 10*time.Second)
+				require.NoError(t, waiter.Unlock(ctx))
+			}
+			wait(false) // subscribes; the subscription lingers
+			wait(true)  // reuses it; its connection is killed during the wait
+			wait(false) // the rebuilt subscription serves the next wait
+		})
+	}
+}
+
+// killPubSub kills the pub/sub connections of the client named cname.
+func killPubSub(t *testing.T, rdb *redis.Client, cname string) {
+	t.Helper()
+	list, err := rdb.ClientList(context.Background()).Result()
+	require.NoError(t, err)
+	killed := 0
+	for _, line := range strings.Split(list, "\n") {
+		if !strings.Contains(line, " name="+cname+" ") || !(strings.Contains(line, " sub=1") || strings.Contains(line, " sub=2") || strings.Contains(line, " sub=3")) {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if id, ok := strings.CutPrefix(f, "id="); ok {
+				require.NoError(t, rdb.Do(context.Background(), "client", "kill", "id", id).Err())
+				killed++
+			}
+		}
+	}
+	require.Positive(t, killed, "no pub/sub connection of %s", cname)
+}
