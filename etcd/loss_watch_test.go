@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/internal/faultproxy"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -117,5 +118,54 @@ func TestLossWatchOpensWhenObserved(t *testing.T) {
 		if !errors.Is(m.Err(), fairlock.ErrLost) {
 			t.Fatalf("%s: Err %v, want ErrLost", m.Name(), m.Err())
 		}
+	}
+}
+
+// TestUnconfirmedDeleteRenamesKey: Unlock's first delete is unfenced (a
+// plain Delete). When it gets no reply it may still be applied later, so
+// the handle's next hold (same lease) must not have the same key name, or
+// that late delete would delete it. Here the delete runs but its reply is
+// held back (the proxy's StallReplies) until Unlock gave up; the next hold's
+// key differs, and a late delete of the old name leaves it held. (Fails
+// with the renaming removed: "the newer hold has the key ... of the
+// unconfirmed delete".)
+func TestUnconfirmedDeleteRenamesKey(t *testing.T) {
+	e := newEnv(t)
+	p := faultproxy.Start(t, e.srv.Endpoint)
+	c := e.client(p.Addr, WithTTL(30*time.Second))
+	ctx := context.Background()
+	m := mustMutex(t, c, "unconfirmed")
+	if err := m.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	oldKey, oldLease, _ := holdState(m)
+	undo := p.StallReplies()
+	uctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	err := m.Unlock(uctx)
+	cancel()
+	undo()
+	if err == nil {
+		t.Fatal("Unlock with its replies held back returned nil")
+	}
+	lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer lcancel()
+	if err := m.Lock(lctx); err != nil {
+		t.Fatal(err)
+	}
+	newKey, newLease, _ := holdState(m)
+	if newLease != oldLease {
+		t.Fatalf("the next hold is on another lease (%x, %x): the test needs the same one", newLease, oldLease)
+	}
+	if newKey == oldKey {
+		t.Fatalf("the newer hold has the key %s of the unconfirmed delete", oldKey)
+	}
+	if _, err := e.raw.Delete(ctx, oldKey); err != nil { // the late delete
+		t.Fatal(err)
+	}
+	if ok, err := m.IsHeld(ctx); !ok || err != nil {
+		t.Fatalf("the newer hold is gone after a late delete of the old name: %v, %v", ok, err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

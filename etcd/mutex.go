@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock-go/fairlock"
@@ -41,6 +42,10 @@ type Mutex struct {
 	owner string
 
 	acq chan struct{} // one acquisition at a time
+	// gen counts the unfenced deletes of this handle that got no reply
+	// (one may still reach etcd later): part of the key name once above 0,
+	// so such a delete cannot find a later hold's key (see release).
+	gen atomic.Uint64
 
 	weight, capacity int64 // a semaphore request (capacity 0: a lock)
 
@@ -522,6 +527,11 @@ func (m *Mutex) release(ctx context.Context, h *hold, fenced bool) (released boo
 			if err == nil {
 				return resp.Deleted == 1, nil
 			}
+			// No reply: the delete may still be applied later (held in a
+			// stalled connection, proposed before the cancel), after this
+			// handle took the lock again under the same name. The handle's
+			// later keys get a new name, so it can only find this one.
+			m.gen.Add(1)
 		} else {
 			var resp *clientv3.TxnResponse
 			resp, err = m.c.cli.Txn(ctx).
@@ -789,7 +799,7 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 // digits>/<handle id>, the same for every acquisition of the handle on one
 // lease (a new name per acquisition would leave a deleted key in etcd's
 // index per cycle until compaction, and every read of the queue's head
-// steps over them).
+// steps over them), with ".<gen>" after an unconfirmed unfenced delete.
 func (m *Mutex) keyOf(sess *session) string {
 	var b []byte
 	b = append(b, m.kdir...)
@@ -800,6 +810,10 @@ func (m *Mutex) keyOf(sess *session) string {
 	b = append(b, h...)
 	b = append(b, '/')
 	b = strconv.AppendInt(b, m.id, 10)
+	if g := m.gen.Load(); g > 0 {
+		b = append(b, '.')
+		b = strconv.AppendUint(b, g, 10)
+	}
 	return string(b)
 }
 
