@@ -170,9 +170,9 @@ var errClosed = fmt.Errorf("%w: etcd", fairlock.ErrClosed)
 // keepWatchStream keeps one watch open, until Close, on the gRPC watch
 // stream the holds' watches use (same context metadata: require-leader),
 // on a key nobody writes. clientv3 closes a watch stream with its last
-// watch and opens a new one for the next: without this every uncontended
-// hold would open and tear down a stream for its loss watch (a third of
-// an uncontended cycle). The watch ends with the stream (e.g. no leader);
+// watch and opens a new one for the next: without this every hold that
+// opens its loss watch would open and tear down a stream for it (a third
+// of an uncontended cycle, when every hold opened one). The watch ends with the stream (e.g. no leader);
 // the next hold starts it again.
 func (c *Client) keepWatchStream() {
 	c.mu.Lock()

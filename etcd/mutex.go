@@ -387,7 +387,11 @@ func (m *Mutex) checkLive() {
 // when the handle holds nothing. Done and Err check the validity at the
 // call: once ValidUntil has passed they tell the loss even if the
 // background keep-alive has not run since (a process resumed after a
-// pause), so a check made before acting is never late.
+// pause), so a check made before acting is never late. A deleted key is
+// told by a watch on it, opened when the hold is first observed (Done,
+// Err, ValidUntil, Key, HoldCount, a re-entry) or 20 ms after the grant,
+// whichever is first; it watches from the grant's revision, so a deletion
+// before it opened is told too.
 func (m *Mutex) Done() <-chan struct{} {
 	if m.zero() {
 		return closedChan
