@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -312,21 +313,30 @@ func BenchmarkContended(b *testing.B) {
 // cycles of each, so that a change in the machine's load falls on both;
 // it logs the median cycle of each over the rounds and their ratio. One
 // iteration is one round of each.
+//
+// With FAIRLOCK_ETCD_BENCH_ENDPOINT set (host:port of an etcd the
+// benchmark may write under the keys "alt-<random>/"), it runs against
+// that server instead, e.g. a separate etcd process.
 func BenchmarkUncontendedAlternating(b *testing.B) {
-	srv := etcdtest.Start(b, etcdtest.Options{Fsync: true})
+	endpoint, prefix := os.Getenv("FAIRLOCK_ETCD_BENCH_ENDPOINT"), "fairlock"
+	if endpoint == "" {
+		endpoint = etcdtest.Start(b, etcdtest.Options{Fsync: true}).Endpoint
+	} else {
+		prefix = fmt.Sprintf("alt-%d", time.Now().UnixNano())
+	}
 	ctx := context.Background()
-	c, err := New(etcdtest.Client(b, srv.Endpoint))
+	c, err := New(etcdtest.Client(b, endpoint), WithPrefix(prefix))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close(ctx)
 	m, _ := c.NewMutex("alt")
-	s, err := concurrency.NewSession(etcdtest.Client(b, srv.Endpoint), concurrency.WithTTL(30))
+	s, err := concurrency.NewSession(etcdtest.Client(b, endpoint), concurrency.WithTTL(30))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	cm := concurrency.NewMutex(s, "alt-cm/")
+	cm := concurrency.NewMutex(s, prefix+"-cm/")
 	const per = 50
 	round := func(lock, unlock func(context.Context) error) float64 {
 		st := time.Now()

@@ -77,6 +77,10 @@ type Client struct {
 	cfg    config
 	id     string // the client part of owner ids
 	closed chan struct{}
+	// ctx ends when closed is closed (for context.AfterFunc: a call's
+	// context ends with the Client without a goroutine per call).
+	ctx       context.Context
+	ctxCancel context.CancelFunc
 
 	handles atomic.Int64
 
@@ -112,8 +116,9 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 	}
 	var b [16]byte
 	_, _ = rand.Read(b[:])
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Client{cli: cli, cfg: cfg, id: hex.EncodeToString(b[:]), closed: make(chan struct{}),
-		all: map[*session]bool{}, hold: map[*Mutex]struct{}{}}, nil
+		ctx: ctx, ctxCancel: cancel, all: map[*session]bool{}, hold: map[*Mutex]struct{}{}}, nil
 }
 
 // ID is the client part of this Client's owner ids.
@@ -134,6 +139,7 @@ func (c *Client) Close(ctx context.Context) error {
 	}
 	c.done = true
 	close(c.closed)
+	c.ctxCancel()
 	sessions := make([]*session, 0, len(c.all))
 	for s := range c.all {
 		sessions = append(sessions, s)
@@ -164,9 +170,9 @@ var errClosed = fmt.Errorf("%w: etcd", fairlock.ErrClosed)
 // keepWatchStream keeps one watch open, until Close, on the gRPC watch
 // stream the holds' watches use (same context metadata: require-leader),
 // on a key nobody writes. clientv3 closes a watch stream with its last
-// watch and opens a new one for the next: without this every uncontended
-// hold would open and tear down a stream for its loss watch (a third of
-// an uncontended cycle). The watch ends with the stream (e.g. no leader);
+// watch and opens a new one for the next: without this every hold that
+// opens its loss watch would open and tear down a stream for it (a third
+// of an uncontended cycle, when every hold opened one). The watch ends with the stream (e.g. no leader);
 // the next hold starts it again.
 func (c *Client) keepWatchStream() {
 	c.mu.Lock()
@@ -204,7 +210,10 @@ func (c *Client) isClosed() bool {
 }
 
 // cleanupCtx is ctx if it has not ended, else a fresh context carrying its
-// values; either way bounded by the cleanup timeout.
+// values; either way ended after the cleanup timeout. The timeout cancels
+// it rather than setting a deadline: a deadline would go with each call to
+// etcd (a grpc-timeout the server sets a timer for), and the bound is the
+// client's business.
 func (c *Client) cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	if ctx == nil || ctx.Err() != nil {
 		if ctx == nil {
@@ -212,7 +221,9 @@ func (c *Client) cleanupCtx(ctx context.Context) (context.Context, context.Cance
 		}
 		ctx = context.WithoutCancel(ctx)
 	}
-	return context.WithTimeout(ctx, c.cfg.cleanup)
+	ctx, cancel := context.WithCancelCause(ctx)
+	t := time.AfterFunc(c.cfg.cleanup, func() { cancel(context.DeadlineExceeded) })
+	return ctx, func() { t.Stop(); cancel(context.Canceled) }
 }
 
 // ttlSeconds is d in whole seconds, rounded up, at least 1.
@@ -244,9 +255,12 @@ type session struct {
 	ttl   time.Duration
 	err   error         // why it ended
 	done  chan struct{} // closed when the session ends (lost, closed, revoked by us)
-	stop  chan struct{} // closed to stop keep-alives (explicit-lease holds)
-	once  sync.Once
-	sonce sync.Once
+	// ctx ends when done is closed (for context.AfterFunc).
+	ctx       context.Context
+	ctxCancel context.CancelFunc
+	stop      chan struct{} // closed to stop keep-alives (explicit-lease holds)
+	once      sync.Once
+	sonce     sync.Once
 }
 
 // grant starts a session with a lease of ttl. keep says whether to keep it
@@ -260,6 +274,7 @@ func (c *Client) grant(ctx context.Context, ttl time.Duration) (*session, error)
 	got := time.Duration(resp.TTL) * time.Second
 	s := &session{c: c, id: resp.ID, ttl: got, valid: sent.Add(got - drift(got)),
 		done: make(chan struct{}), stop: make(chan struct{})}
+	s.ctx, s.ctxCancel = context.WithCancel(context.Background())
 	c.mu.Lock()
 	if c.done {
 		c.mu.Unlock()
@@ -328,6 +343,7 @@ func (s *session) end(err error) {
 		s.err = err
 		s.mu.Unlock()
 		close(s.done)
+		s.ctxCancel()
 		s.stopKeepAlive()
 		s.c.mu.Lock()
 		delete(s.c.all, s)

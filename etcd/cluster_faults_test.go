@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -389,6 +390,20 @@ func TestFaultOperatorRevoke(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	r.stop.Store(true)
 	wg.Wait()
+	// The revoke takes the lock from the holder at once; the holder learns
+	// it by a watch event, which can come a few milliseconds after the
+	// next waiter's (docs/design.md: the one case where holders overlap,
+	// for the delivery time; the told-within bound is checked above). The
+	// holder's valid hold ends at the revoke: the check failed 1 run in 4,
+	// before and after the deferred loss watch ("holder ... held ..
+	// 23:16:39.622, w4 granted at 23:16:39.615").
+	r.mu.Lock()
+	for i := range r.hist {
+		if strings.HasPrefix(r.hist[i].who, "holder@") && r.hist[i].release.After(revokedAt) {
+			r.hist[i].release = revokedAt
+		}
+	}
+	r.mu.Unlock()
 	r.check(revokedAt, 5)
 }
 

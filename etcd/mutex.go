@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock-go/fairlock"
@@ -40,6 +42,10 @@ type Mutex struct {
 	owner string
 
 	acq chan struct{} // one acquisition at a time
+	// gen counts the unfenced deletes of this handle that got no reply
+	// (one may still reach etcd later): part of the key name once above 0,
+	// so such a delete cannot find a later hold's key (see release).
+	gen atomic.Uint64
 
 	weight, capacity int64 // a semaphore request (capacity 0: a lock)
 
@@ -62,6 +68,72 @@ type hold struct {
 	err       error
 	done      chan struct{}
 	stop      context.CancelFunc // stops the monitor
+	// The loss watch (see monitor) opens when the hold is observed (Done,
+	// Err, ValidUntil, Key, HoldCount, a re-entry) or lossWatchDelay after
+	// the grant, whichever is first.
+	from int64 // the loss watch starts at this revision (after the grant's read)
+	// What ends the hold without a goroutine of its own: the session's
+	// end (context.AfterFunc), an explicit lease's end and the start of
+	// the loss watch (timers). endHold stops them.
+	unsess     func() bool
+	leaseTimer *time.Timer
+	grace      *time.Timer
+	watching   bool
+}
+
+// lossWatchDelay is how long after its grant a hold that nobody observes
+// opens the watch on its key that tells a deletion at once (the hold's
+// loss watch). A hold released sooner never opens it: an uncontended
+// Lock+Unlock then costs its two writes and nothing else (the watch's
+// create, its DELETE event and its cancel made a cycle 1.2-1.5x
+// concurrency.Mutex's). The watch starts from the revision of the grant,
+// so a deletion in the meantime is not missed, only told up to this much
+// later. A variable for the tests.
+var lossWatchDelay = 20 * time.Millisecond
+
+// arm sets what ends h, or opens its loss watch, without a goroutine of
+// its own: the session's end, the explicit lease's end, lossWatchDelay.
+// m.mu is held.
+func (m *Mutex) arm(h *hold) {
+	h.unsess = context.AfterFunc(h.sess.ctx, func() { m.sessionEnded(h) })
+	if !h.end.IsZero() {
+		h.leaseTimer = time.AfterFunc(time.Until(h.end), func() {
+			m.endHold(h, fmt.Errorf("%w: etcd: %q: the explicit lease ran out", fairlock.ErrLost, m.name))
+		})
+	}
+	h.grace = time.AfterFunc(lossWatchDelay, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		// A hold being released needs no watch: the release's fenced
+		// delete tells whether its key was still there.
+		if !h.releasing {
+			m.observe(h)
+		}
+	})
+}
+
+// sessionEnded ends h because its session ended, unless h is an explicit
+// lease's hold being released (the release ends its session itself, and
+// Unlock says how the hold ended).
+func (m *Mutex) sessionEnded(h *hold) {
+	m.mu.Lock()
+	rel := h.releasing
+	m.mu.Unlock()
+	if !(h.own && rel) {
+		m.endHold(h, h.sess.reason())
+	}
+}
+
+// observe opens h's loss watch (the monitor) unless it is open or h has
+// ended. m.mu is held.
+func (m *Mutex) observe(h *hold) {
+	if h.watching || h.ended {
+		return
+	}
+	h.watching = true
+	ctx, cancel := context.WithCancel(context.Background())
+	h.stop = cancel
+	go m.monitor(ctx, h, h.from)
 }
 
 // NewMutex returns a handle on the fair lock name. The name may be any
@@ -243,6 +315,7 @@ func (m *Mutex) Key() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if h := m.last; h != nil && !h.ended {
+		m.observe(h)
 		return h.key
 	}
 	return ""
@@ -280,6 +353,7 @@ func (m *Mutex) HoldCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if h := m.last; h != nil && !h.ended {
+		m.observe(h)
 		return h.count
 	}
 	return 0
@@ -313,7 +387,11 @@ func (m *Mutex) checkLive() {
 // when the handle holds nothing. Done and Err check the validity at the
 // call: once ValidUntil has passed they tell the loss even if the
 // background keep-alive has not run since (a process resumed after a
-// pause), so a check made before acting is never late.
+// pause), so a check made before acting is never late. A deleted key is
+// told by a watch on it, opened when the hold is first observed (Done,
+// Err, ValidUntil, Key, HoldCount, a re-entry) or 20 ms after the grant,
+// whichever is first; it watches from the grant's revision, so a deletion
+// before it opened is told too.
 func (m *Mutex) Done() <-chan struct{} {
 	if m.zero() {
 		return closedChan
@@ -324,6 +402,7 @@ func (m *Mutex) Done() <-chan struct{} {
 	if m.last == nil {
 		return closedChan
 	}
+	m.observe(m.last)
 	return m.last.done
 }
 
@@ -340,6 +419,7 @@ func (m *Mutex) Err() error {
 	if m.last == nil {
 		return nil
 	}
+	m.observe(m.last)
 	return m.last.err
 }
 
@@ -360,6 +440,7 @@ func (m *Mutex) ValidUntil() time.Time {
 		m.mu.Unlock()
 		return time.Time{}
 	}
+	m.observe(h)
 	end := h.end
 	m.mu.Unlock()
 	v := h.sess.validUntil()
@@ -369,10 +450,13 @@ func (m *Mutex) ValidUntil() time.Time {
 	return v
 }
 
-// Unlock releases one hold; releasing the last deletes the hold's key with
-// a Txn fenced on its create revision (so a retry whose first attempt
-// committed never deletes a newer hold: etcd #22082), which lets the next
-// waiter in. It returns an error matching fairlock.ErrNotHeld, changing
+// Unlock releases one hold; releasing the last deletes the hold's key,
+// which lets the next waiter in. A retry of the delete is a Txn fenced on
+// the key's create revision, so a retry whose first attempt committed
+// never deletes a newer hold of the same handle, whose key has the same
+// name (etcd #22082); the first attempt is a plain Delete, as no newer
+// hold can exist yet (an acquisition through the handle waits for its
+// release to end). It returns an error matching fairlock.ErrNotHeld, changing
 // nothing, when this handle holds nothing (or its hold was lost: Err says
 // why). When ctx ends it still runs on a fresh context bounded by the
 // cleanup timeout. When etcd cannot be reached it returns the error, the
@@ -405,7 +489,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 
 	cctx, cancel := m.c.cleanupCtx(ctx)
 	defer cancel()
-	released, err := m.release(cctx, h)
+	released, err := m.release(cctx, h, false)
 	switch {
 	case err == nil && released:
 		m.endHold(h, nil)
@@ -420,12 +504,15 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	}
 }
 
-// release deletes h's key (fenced on its create revision) or, for an
-// explicit lease, revokes the lease. It retries transient errors until ctx
-// ends. released is false when the key was already gone; a retry after an
-// attempt whose outcome is unknown counts a missing key as released (the
-// first attempt's outcome).
-func (m *Mutex) release(ctx context.Context, h *hold) (released bool, err error) {
+// release deletes h's key or, for an explicit lease, revokes the lease.
+// It retries transient errors until ctx ends. released is false when the
+// key was already gone; a retry after an attempt whose outcome is unknown
+// counts a missing key as released (the first attempt's outcome). The
+// delete is fenced on the key's create revision (a Txn) when fenced is set
+// and on every retry; unfenced (a plain Delete, cheaper for etcd to apply)
+// only as the first attempt of Unlock, when no newer hold of the handle
+// can exist.
+func (m *Mutex) release(ctx context.Context, h *hold, fenced bool) (released bool, err error) {
 	ambiguous := false
 	for {
 		if h.own {
@@ -438,6 +525,17 @@ func (m *Mutex) release(ctx context.Context, h *hold) (released bool, err error)
 				h.sess.end(fmt.Errorf("%w: etcd: lease gone", fairlock.ErrLost))
 				return ambiguous, nil
 			}
+		} else if !fenced {
+			var resp *clientv3.DeleteResponse
+			resp, err = m.c.cli.Delete(ctx, h.key)
+			if err == nil {
+				return resp.Deleted == 1, nil
+			}
+			// No reply: the delete may still be applied later (held in a
+			// stalled connection, proposed before the cancel), after this
+			// handle took the lock again under the same name. The handle's
+			// later keys get a new name, so it can only find this one.
+			m.gen.Add(1)
 		} else {
 			var resp *clientv3.TxnResponse
 			resp, err = m.c.cli.Txn(ctx).
@@ -447,7 +545,7 @@ func (m *Mutex) release(ctx context.Context, h *hold) (released bool, err error)
 				return resp.Succeeded || ambiguous, nil
 			}
 		}
-		ambiguous = true
+		ambiguous, fenced = true, true
 		if !sleepCtx(ctx, 50*time.Millisecond) {
 			return false, err
 		}
@@ -463,7 +561,7 @@ func (m *Mutex) releaseInBackground(h *hold) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), until)
 	defer cancel()
-	_, _ = m.release(ctx, h)
+	_, _ = m.release(ctx, h, true)
 }
 
 // endHold ends h with err (nil: released); the first end wins.
@@ -476,9 +574,19 @@ func (m *Mutex) endHold(h *hold, err error) {
 	h.ended, h.err = true, err
 	close(h.done)
 	stop, rel := h.stop, h.releasing
+	unsess, lt, grace := h.unsess, h.leaseTimer, h.grace
 	m.mu.Unlock()
 	if stop != nil {
 		stop()
+	}
+	if unsess != nil {
+		unsess()
+	}
+	if lt != nil {
+		lt.Stop()
+	}
+	if grace != nil {
+		grace.Stop()
 	}
 	if h.own && err != nil && !rel {
 		go h.sess.revoke() // a lost or closed explicit-lease hold: give the lease back
@@ -528,9 +636,23 @@ func (m *Mutex) enter(ctx context.Context, deadline time.Time) error {
 		return errClosed
 	}
 	m.mu.Lock()
-	p := m.pending
+	var buf [2]<-chan struct{}
+	waits := buf[:0]
+	if m.pending != nil {
+		waits = append(waits, m.pending)
+	}
+	if h := m.last; h != nil && h.releasing && !h.ended {
+		// An Unlock of this handle is deleting the key a new acquisition
+		// would write (the same name): let it end first.
+		waits = append(waits, h.done)
+	}
 	m.mu.Unlock()
-	if p != nil {
+	for _, p := range waits {
+		select {
+		case <-p:
+			continue
+		default:
+		}
 		var timer <-chan time.Time
 		if !deadline.IsZero() {
 			t := time.NewTimer(time.Until(deadline))
@@ -584,6 +706,7 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 
 	m.mu.Lock()
 	if h := m.last; h != nil && !h.ended && !h.releasing {
+		m.observe(h)
 		h.count++
 		m.mu.Unlock()
 		return true, h.rev, nil
@@ -626,9 +749,9 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 		m.c.mu.Lock()
 		m.c.hold[m] = struct{}{}
 		m.c.mu.Unlock()
-		key = fmt.Sprintf("%s%016x/%d", m.kdir, int64(sess.id), m.id)
+		key = m.keyOf(sess)
 		start = time.Now()
-		wctx, wcancel := bound(ctx, deadline, sess, m.c.closed)
+		wctx, wcancel := bound(ctx, deadline, sess, m.c.ctx)
 		w := &waiter{m: m, ctx: wctx, user: ctx, o: o, key: key, sess: sess, deadline: deadline}
 		ok, rev, hdr, err = w.run()
 		wcancel()
@@ -664,17 +787,38 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 		}
 		h.end = start.Add(o.Lease - drift(o.Lease))
 	}
-	mctx, stop := context.WithCancel(context.Background())
-	h.stop = stop
+	h.from = hdr + 1
 	m.mu.Lock()
 	m.last = h
+	m.arm(h)
 	m.mu.Unlock()
 	if m.c.isClosed() {
 		m.endHold(h, errClosed)
 		return false, 0, errClosed
 	}
-	go m.monitor(mctx, h, hdr+1)
 	return true, rev, nil
+}
+
+// keyOf is this handle's key on sess: <queue><lease id, 16 hex
+// digits>/<handle id>, the same for every acquisition of the handle on one
+// lease (a new name per acquisition would leave a deleted key in etcd's
+// index per cycle until compaction, and every read of the queue's head
+// steps over them), with ".<gen>" after an unconfirmed unfenced delete.
+func (m *Mutex) keyOf(sess *session) string {
+	var b []byte
+	b = append(b, m.kdir...)
+	h := strconv.FormatUint(uint64(sess.id), 16)
+	for range 16 - len(h) {
+		b = append(b, '0')
+	}
+	b = append(b, h...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, m.id, 10)
+	if g := m.gen.Load(); g > 0 {
+		b = append(b, '.')
+		b = strconv.AppendUint(b, g, 10)
+	}
+	return string(b)
 }
 
 // cleanup gives back what a failed acquisition may have left: its explicit
@@ -715,10 +859,13 @@ func (m *Mutex) cleanup(sess *session, own bool, key string, rev int64) {
 	}()
 }
 
-// monitor ends h when its key is deleted by anyone but its release (an
-// operator's Revoke, expiry), when its session is lost, and when an
-// explicit lease runs out. It watches h's key from rev (after the read that
-// granted the hold), so no deletion is missed.
+// monitor is the loss watch: it ends h when its key is deleted by anyone
+// but its release (an operator's Revoke, expiry). It watches h's key from
+// rev (after the read that granted the hold), so no deletion is missed. It
+// runs from when the hold is observed or lossWatchDelay after the grant,
+// whichever is first, and not at all for a hold released before (see
+// lossWatchDelay); the session's end and an explicit lease's end are told
+// by arm's callbacks.
 func (m *Mutex) monitor(parent context.Context, h *hold, rev int64) {
 	// Every call below ends when the session does: with etcd out of reach
 	// a Watch or a Get waits for a connection, and the loss must still be
@@ -734,15 +881,9 @@ func (m *Mutex) monitor(parent context.Context, h *hold, rev int64) {
 	}()
 	defer func() {
 		if h.sess.ended() {
-			m.endHold(h, h.sess.reason())
+			m.sessionEnded(h)
 		}
 	}()
-	var timer <-chan time.Time
-	if !h.end.IsZero() {
-		t := time.NewTimer(time.Until(h.end))
-		defer t.Stop()
-		timer = t.C
-	}
 	for ctx.Err() == nil {
 		m.c.keepWatchStream()
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
@@ -756,11 +897,7 @@ func (m *Mutex) monitor(parent context.Context, h *hold, rev int64) {
 				return
 			case <-h.sess.done:
 				cancel()
-				m.endHold(h, h.sess.reason())
-				return
-			case <-timer:
-				cancel()
-				m.endHold(h, fmt.Errorf("%w: etcd: %q: the explicit lease ran out", fairlock.ErrLost, m.name))
+				m.sessionEnded(h)
 				return
 			case wr, ok := <-wch:
 				if !ok || wr.Err() != nil {

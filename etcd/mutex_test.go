@@ -465,7 +465,7 @@ func TestRetriedUnlockKeepsNewerHold(t *testing.T) {
 	if m.Key() != old.key {
 		t.Fatalf("key changed (%s, %s): the test needs the same key", m.Key(), old.key)
 	}
-	released, err := m.release(ctx, &old) // the retried release
+	released, err := m.release(ctx, &old, true) // the retried release (fenced)
 	if err != nil || released {
 		t.Fatalf("retried release: %v, %v; want false, nil", released, err)
 	}

@@ -75,7 +75,7 @@ func (p *Permit) Token() int64 {
 	return p.m.last.rev
 }
 
-// Release gives the permits back (a fenced delete; see Mutex.Unlock).
+// Release gives the permits back (the permit's key deleted; see Mutex.Unlock).
 func (p *Permit) Release(ctx context.Context) error { return p.m.Unlock(ctx) }
 
 // Done is closed when the hold ends (see Mutex.Done).

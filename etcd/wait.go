@@ -62,24 +62,24 @@ func (w *waiter) callerStop() error {
 // again on a new one, as when etcd says the lease is gone.
 func (w *waiter) enqueueLost() bool { return w.sess.ended() && w.callerStop() == nil }
 
-// bound returns the context of an acquisition's calls (see waiter.ctx).
-func bound(user context.Context, deadline time.Time, sess *session, closed <-chan struct{}) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(user)
-	if !deadline.IsZero() {
-		var c2 context.CancelFunc
-		ctx, c2 = context.WithDeadline(ctx, deadline)
-		c1 := cancel
-		cancel = func() { c2(); c1() }
+// bound returns the context of an acquisition's calls (see waiter.ctx):
+// user's, ended also at deadline (unless zero), when sess ends and when
+// closed (the Client's context; nil: not) ends. No goroutine: the session's
+// and the Client's ends cancel it through context.AfterFunc.
+func bound(user context.Context, deadline time.Time, sess *session, closed context.Context) (context.Context, context.CancelFunc) {
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if deadline.IsZero() {
+		ctx, cancel = context.WithCancel(user)
+	} else {
+		ctx, cancel = context.WithDeadline(user, deadline)
 	}
-	go func() {
-		select {
-		case <-sess.done:
-		case <-closed:
-		case <-ctx.Done():
-		}
-		cancel()
-	}()
-	return ctx, cancel
+	s1 := context.AfterFunc(sess.ctx, cancel)
+	if closed == nil {
+		return ctx, func() { s1(); cancel() }
+	}
+	s2 := context.AfterFunc(closed, cancel)
+	return ctx, func() { s1(); s2(); cancel() }
 }
 
 // expired reports whether the wait bound has passed.
