@@ -161,3 +161,39 @@ func TestUnplannedFailovers(t *testing.T) {
 		t.Errorf("got %v from a primary only seen down", got)
 	}
 }
+
+// A planned failover that read the primary's address just before the
+// Sentinels switched it by themselves must go on with the new primary (a
+// merged fault-suite run: "the Sentinels did not promote the replica of"
+// the old primary, after waiting 60 s for the old primary, by then a
+// replica, to have an online replica).
+func TestPromotablePrimaryFollowsAnUnplannedSwitch(t *testing.T) {
+	redistest.Long(t)
+	e := NewReplicated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	old, err := e.Sentinels.MasterAddr(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old = e.promotablePrimary(ctx, old); ctx.Err() != nil {
+		t.Fatal("no online replica")
+	}
+	sc := redis.NewSentinelClient(&redis.Options{Addr: e.Sentinels.SentinelAddrs()[0]})
+	defer sc.Close()
+	if err := sc.Failover(ctx, redistest.MasterName).Err(); err != nil {
+		t.Fatalf("SENTINEL FAILOVER: %v", err)
+	}
+	for ctx.Err() == nil {
+		if a, err := e.Sentinels.MasterAddr(ctx); err == nil && a != old {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	got := e.promotablePrimary(wctx, old) // old: the stale address
+	if wctx.Err() != nil || got == old {
+		t.Fatalf("waited on %s, the primary before the switch, for %v (returned %s)", old, 30*time.Second, got)
+	}
+}
