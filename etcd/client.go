@@ -255,7 +255,8 @@ type session struct {
 	ttl   time.Duration
 	err   error         // why it ended
 	done  chan struct{} // closed when the session ends (lost, closed, revoked by us)
-	// ctx ends when done is closed (for context.AfterFunc).
+	// ctx ends when done is closed and when the Client closes (for
+	// context.AfterFunc).
 	ctx       context.Context
 	ctxCancel context.CancelFunc
 	stop      chan struct{} // closed to stop keep-alives (explicit-lease holds)
@@ -274,7 +275,9 @@ func (c *Client) grant(ctx context.Context, ttl time.Duration) (*session, error)
 	got := time.Duration(resp.TTL) * time.Second
 	s := &session{c: c, id: resp.ID, ttl: got, valid: sent.Add(got - drift(got)),
 		done: make(chan struct{}), stop: make(chan struct{})}
-	s.ctx, s.ctxCancel = context.WithCancel(context.Background())
+	// s.ctx ends with the session and with the Client (Close), so an
+	// acquisition's calls are bound by both through one context.AfterFunc.
+	s.ctx, s.ctxCancel = context.WithCancel(c.ctx)
 	c.mu.Lock()
 	if c.done {
 		c.mu.Unlock()

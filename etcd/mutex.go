@@ -49,9 +49,23 @@ type Mutex struct {
 
 	weight, capacity int64 // a semaphore request (capacity 0: a lock)
 
+	// headOp reads the queue's head (the oldest key in block); built once.
+	headOp clientv3.Op
+	// enq is the Txn that joins the queue under the key enq.key (see
+	// waiter.enqueue), used only by an acquisition (in its turn).
+	enq enqueueTxn
+	// The handle's key on the last session it acquired on (see keyOf),
+	// used only by an acquisition (in its turn).
+	keySess clientv3.LeaseID
+	keyGen  uint64
+	key     string
+
 	mu      sync.Mutex
 	last    *hold         // the latest hold (nil: never held)
 	pending chan struct{} // a cleanup in the background; closed when done
+	// grace opens the current hold's loss watch lossWatchDelay after its
+	// grant (see arm): one timer per handle, reset for each hold.
+	grace *time.Timer
 }
 
 // hold is one acquisition that took the lock.
@@ -72,12 +86,11 @@ type hold struct {
 	// Err, ValidUntil, Key, HoldCount, a re-entry) or lossWatchDelay after
 	// the grant, whichever is first.
 	from int64 // the loss watch starts at this revision (after the grant's read)
-	// What ends the hold without a goroutine of its own: the session's
-	// end (context.AfterFunc), an explicit lease's end and the start of
-	// the loss watch (timers). endHold stops them.
-	unsess     func() bool
+	// An explicit lease's end (a timer; endHold stops it). The session's
+	// end is told by the loss watch once it runs, and before that by
+	// checkLive (Done, Err) and Unlock, which look at the session.
 	leaseTimer *time.Timer
-	grace      *time.Timer
+	graceAt    time.Time // when the handle's grace timer is due for this hold
 	watching   bool
 }
 
@@ -92,24 +105,38 @@ type hold struct {
 var lossWatchDelay = 20 * time.Millisecond
 
 // arm sets what ends h, or opens its loss watch, without a goroutine of
-// its own: the session's end, the explicit lease's end, lossWatchDelay.
-// m.mu is held.
+// its own: the explicit lease's end, lossWatchDelay (the handle's grace
+// timer, reset for each hold). The session's end needs nothing per hold:
+// the loss watch (monitor) watches it, and until it opens nobody has
+// looked at the hold but through Done, Err and Unlock, which check the
+// session first. m.mu is held.
 func (m *Mutex) arm(h *hold) {
-	h.unsess = context.AfterFunc(h.sess.ctx, func() { m.sessionEnded(h) })
 	if !h.end.IsZero() {
 		h.leaseTimer = time.AfterFunc(time.Until(h.end), func() {
 			m.endHold(h, fmt.Errorf("%w: etcd: %q: the explicit lease ran out", fairlock.ErrLost, m.name))
 		})
 	}
-	h.grace = time.AfterFunc(lossWatchDelay, func() {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		// A hold being released needs no watch: the release's fenced
-		// delete tells whether its key was still there.
-		if !h.releasing {
-			m.observe(h)
-		}
-	})
+	h.graceAt = time.Now().Add(lossWatchDelay)
+	if m.grace == nil {
+		m.grace = time.AfterFunc(lossWatchDelay, m.graceDue)
+	} else {
+		m.grace.Reset(lossWatchDelay)
+	}
+}
+
+// graceDue opens the current hold's loss watch when its lossWatchDelay has
+// passed. A run of the timer meant for an earlier hold (it fired as that
+// hold ended and the timer was reset for this one) is too early: ignored.
+func (m *Mutex) graceDue() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.last
+	// A hold being released needs no watch: the release's fenced delete
+	// tells whether its key was still there.
+	if h == nil || h.ended || h.releasing || time.Now().Before(h.graceAt) {
+		return
+	}
+	m.observe(h)
 }
 
 // sessionEnded ends h because its session ended, unless h is an explicit
@@ -152,7 +179,8 @@ func (c *Client) NewMutex(name string) (*Mutex, error) {
 func (c *Client) newHandle(name, dir, kdir, block string) *Mutex {
 	id := c.handles.Add(1)
 	return &Mutex{c: c, name: name, dir: dir, kdir: kdir, block: block,
-		id: id, owner: fmt.Sprintf("%s:%d", c.id, id), acq: make(chan struct{}, 1)}
+		id: id, owner: fmt.Sprintf("%s:%d", c.id, id), acq: make(chan struct{}, 1),
+		headOp: clientv3.OpGet(block, clientv3.WithFirstCreate()...)}
 }
 
 var errZero = fmt.Errorf("%w: etcd: a zero lock handle (make one with Client.NewMutex)", fairlock.ErrInvalidValue)
@@ -316,7 +344,9 @@ func (m *Mutex) Key() string {
 	defer m.mu.Unlock()
 	if h := m.last; h != nil && !h.ended {
 		m.observe(h)
-		return h.key
+		if !h.sess.ended() { // else the loss watch is ending it
+			return h.key
+		}
 	}
 	return ""
 }
@@ -354,7 +384,9 @@ func (m *Mutex) HoldCount() int {
 	defer m.mu.Unlock()
 	if h := m.last; h != nil && !h.ended {
 		m.observe(h)
-		return h.count
+		if !h.sess.ended() { // else the loss watch is ending it
+			return h.count
+		}
 	}
 	return 0
 }
@@ -484,6 +516,13 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		m.mu.Unlock()
 		return nil
 	}
+	if h.sess.ended() {
+		// The session ended (lost, or the Client closing) before the loss
+		// watch told: the hold ended with it.
+		m.mu.Unlock()
+		m.endHold(h, h.sess.reason())
+		return m.Unlock(ctx)
+	}
 	h.releasing = true
 	m.mu.Unlock()
 
@@ -573,20 +612,16 @@ func (m *Mutex) endHold(h *hold, err error) {
 	}
 	h.ended, h.err = true, err
 	close(h.done)
-	stop, rel := h.stop, h.releasing
-	unsess, lt, grace := h.unsess, h.leaseTimer, h.grace
+	stop, rel, lt := h.stop, h.releasing, h.leaseTimer
+	if m.last == h && m.grace != nil {
+		m.grace.Stop()
+	}
 	m.mu.Unlock()
 	if stop != nil {
 		stop()
 	}
-	if unsess != nil {
-		unsess()
-	}
 	if lt != nil {
 		lt.Stop()
-	}
-	if grace != nil {
-		grace.Stop()
 	}
 	if h.own && err != nil && !rel {
 		go h.sess.revoke() // a lost or closed explicit-lease hold: give the lease back
@@ -705,6 +740,13 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 	defer func() { <-m.acq }()
 
 	m.mu.Lock()
+	if h := m.last; h != nil && !h.ended && !h.releasing && h.sess.ended() {
+		// The session ended before the loss watch told: the hold is lost,
+		// so this is a new acquisition.
+		m.mu.Unlock()
+		m.endHold(h, h.sess.reason())
+		m.mu.Lock()
+	}
 	if h := m.last; h != nil && !h.ended && !h.releasing {
 		m.observe(h)
 		h.count++
@@ -751,7 +793,7 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 		m.c.mu.Unlock()
 		key = m.keyOf(sess)
 		start = time.Now()
-		wctx, wcancel := bound(ctx, deadline, sess, m.c.ctx)
+		wctx, wcancel := bound(ctx, deadline, sess)
 		w := &waiter{m: m, ctx: wctx, user: ctx, o: o, key: key, sess: sess, deadline: deadline}
 		ok, rev, hdr, err = w.run()
 		wcancel()
@@ -805,6 +847,10 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 // index per cycle until compaction, and every read of the queue's head
 // steps over them), with ".<gen>" after an unconfirmed unfenced delete.
 func (m *Mutex) keyOf(sess *session) string {
+	g := m.gen.Load()
+	if m.key != "" && m.keySess == sess.id && m.keyGen == g {
+		return m.key
+	}
 	var b []byte
 	b = append(b, m.kdir...)
 	h := strconv.FormatUint(uint64(sess.id), 16)
@@ -814,11 +860,12 @@ func (m *Mutex) keyOf(sess *session) string {
 	b = append(b, h...)
 	b = append(b, '/')
 	b = strconv.AppendInt(b, m.id, 10)
-	if g := m.gen.Load(); g > 0 {
+	if g > 0 {
 		b = append(b, '.')
 		b = strconv.AppendUint(b, g, 10)
 	}
-	return string(b)
+	m.key, m.keySess, m.keyGen = string(b), sess.id, g
+	return m.key
 }
 
 // cleanup gives back what a failed acquisition may have left: its explicit
@@ -838,7 +885,7 @@ func (m *Mutex) cleanup(sess *session, own bool, key string, rev int64) {
 		cctx, ccancel := m.c.cleanupCtx(nil)
 		defer ccancel()
 		// The key goes with the lease: stop when the session ends.
-		ctx, cancel := bound(cctx, time.Time{}, sess, nil)
+		ctx, cancel := bound(cctx, time.Time{}, sess)
 		defer cancel()
 		for ctx.Err() == nil {
 			var err error

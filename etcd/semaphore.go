@@ -166,7 +166,7 @@ func (w *waiter) runSem() (ok bool, rev, hdr int64, err error) {
 	m, cli := w.m, w.m.c.cli
 	val := strconv.FormatInt(m.weight, 10)
 	lease := clientv3.WithLease(w.sess.id)
-	resp, rev, err := w.enqueue(clientv3.OpPut(w.key, val, lease))
+	resp, rev, err := w.enqueue(new(newEnqueueTxn(w.key, clientv3.OpPut(w.key, val, lease))))
 	if resp == nil {
 		return false, 0, 0, err // err nil: the wait ran out
 	}

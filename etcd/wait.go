@@ -63,10 +63,10 @@ func (w *waiter) callerStop() error {
 func (w *waiter) enqueueLost() bool { return w.sess.ended() && w.callerStop() == nil }
 
 // bound returns the context of an acquisition's calls (see waiter.ctx):
-// user's, ended also at deadline (unless zero), when sess ends and when
-// closed (the Client's context; nil: not) ends. No goroutine: the session's
-// and the Client's ends cancel it through context.AfterFunc.
-func bound(user context.Context, deadline time.Time, sess *session, closed context.Context) (context.Context, context.CancelFunc) {
+// user's, ended also at deadline (unless zero) and when sess ends or the
+// Client closes (sess.ctx ends with both). No goroutine: sess.ctx's end
+// cancels it through context.AfterFunc.
+func bound(user context.Context, deadline time.Time, sess *session) (context.Context, context.CancelFunc) {
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if deadline.IsZero() {
@@ -74,12 +74,8 @@ func bound(user context.Context, deadline time.Time, sess *session, closed conte
 	} else {
 		ctx, cancel = context.WithDeadline(user, deadline)
 	}
-	s1 := context.AfterFunc(sess.ctx, cancel)
-	if closed == nil {
-		return ctx, func() { s1(); cancel() }
-	}
-	s2 := context.AfterFunc(closed, cancel)
-	return ctx, func() { s1(); s2(); cancel() }
+	stop := context.AfterFunc(sess.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // expired reports whether the wait bound has passed.
@@ -146,14 +142,13 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 	if m.capacity > 0 {
 		return w.runSem()
 	}
-	lease := clientv3.WithLease(w.sess.id)
 	if w.o.Wait == 0 {
 		// TryLock: take it only if the queue is empty (every key in the
 		// prefix has create revision 0, i.e. there is none).
 		for {
 			resp, err := cli.Txn(w.ctx).
 				If(clientv3.Compare(clientv3.CreateRevision(m.block), "=", 0).WithPrefix()).
-				Then(clientv3.OpPut(w.key, m.owner, lease)).Commit()
+				Then(clientv3.OpPut(w.key, m.owner, clientv3.WithLease(w.sess.id))).Commit()
 			if err == nil {
 				if !resp.Succeeded {
 					return false, 0, 0, nil
@@ -172,8 +167,12 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 
 	// Join the queue: create the key unless a lost reply already did (then
 	// its create revision is our place), and read the head in the same Txn.
-	headOp := clientv3.OpGet(m.block, clientv3.WithFirstCreate()...)
-	resp, rev, err := w.enqueue(clientv3.OpPut(w.key, m.owner, lease), headOp)
+	if m.enq.key != w.key {
+		// Built once per key (the key names the lease): the ops of a
+		// handle's acquisitions on one lease are the same each time.
+		m.enq = newEnqueueTxn(w.key, clientv3.OpPut(w.key, m.owner, clientv3.WithLease(w.sess.id)), m.headOp)
+	}
+	resp, rev, err := w.enqueue(&m.enq)
 	if resp == nil {
 		return false, 0, 0, err // err nil: the wait ran out
 	}
@@ -202,7 +201,7 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 		timer = t.C
 	}
 	for {
-		ops := []clientv3.Op{clientv3.OpGet(w.key), clientv3.OpGet(m.block, pred...), clientv3.OpGet(m.block, clientv3.WithFirstCreate()...)}
+		ops := []clientv3.Op{clientv3.OpGet(w.key), clientv3.OpGet(m.block, pred...), m.headOp}
 		if w.o.Position != nil {
 			// The keys ahead, keys only. (Not WithCountOnly: etcd applies
 			// the create-revision bounds after counting, so a count-only
@@ -378,17 +377,27 @@ func (w *waiter) waitEvent(pw clientv3.WatchChan, ownW *clientv3.WatchChan, time
 	}
 }
 
-// enqueue writes the waiter's key with put unless a lost reply already did
-// (then its create revision is our place), running also in the same Txn,
-// whichever way it goes. It retries what is transient; a nil response
-// with a nil error means the wait ran out. rev is the key's create
-// revision; the Txn's responses after the first are also's.
-func (w *waiter) enqueue(put clientv3.Op, also ...clientv3.Op) (*clientv3.TxnResponse, int64, error) {
+// enqueueTxn is the Txn of enqueue: it writes key with put unless a lost
+// reply already did (then its create revision is our place), running also
+// in the same Txn, whichever way it goes. Built once and reused (read-only).
+type enqueueTxn struct {
+	key       string
+	cmp       clientv3.Cmp
+	then, els []clientv3.Op
+}
+
+func newEnqueueTxn(key string, put clientv3.Op, also ...clientv3.Op) enqueueTxn {
+	return enqueueTxn{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+		then: append([]clientv3.Op{put}, also...),
+		els:  append([]clientv3.Op{clientv3.OpGet(key)}, also...)}
+}
+
+// enqueue runs t for the waiter's key. It retries what is transient; a
+// nil response with a nil error means the wait ran out. rev is the key's
+// create revision; the Txn's responses after the first are also's.
+func (w *waiter) enqueue(t *enqueueTxn) (*clientv3.TxnResponse, int64, error) {
 	for {
-		resp, err := w.m.c.cli.Txn(w.ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(w.key), "=", 0)).
-			Then(append([]clientv3.Op{put}, also...)...).
-			Else(append([]clientv3.Op{clientv3.OpGet(w.key)}, also...)...).Commit()
+		resp, err := w.m.c.cli.Txn(w.ctx).If(t.cmp).Then(t.then...).Else(t.els...).Commit()
 		if err != nil {
 			if isLeaseGone(err) {
 				return nil, 0, w.leaseGone()
