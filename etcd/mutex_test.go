@@ -621,3 +621,51 @@ func TestMultiLockOfEtcdMutexes(t *testing.T) {
 }
 
 var _ = fmt.Sprintf
+
+// TestUnlockBoundedByCleanupTimeout: an Unlock whose ctx never ends
+// (context.Background) is still bounded by the cleanup timeout when etcd
+// does not answer, also after an earlier such Unlock's release ran out (the
+// handle reuses the release's context and timer while they do not fire),
+// and a release after one that ran out works.
+func TestUnlockBoundedByCleanupTimeout(t *testing.T) {
+	e := newEnv(t)
+	p := faultproxy.Start(t, e.srv.Endpoint)
+	c := e.client(p.Addr, WithCleanupTimeout(time.Second))
+	ctx := context.Background()
+	m := mustMutex(t, c, "unlock-bound")
+	for round := range 2 {
+		for range 3 { // releases that do not run out reuse the context
+			if err := m.Lock(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Unlock(ctx); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if err := m.Lock(ctx); err != nil {
+			t.Fatal(err)
+		}
+		undo := p.BlackHole()
+		st := time.Now()
+		err := m.Unlock(ctx)
+		took := time.Since(st)
+		undo()
+		if err == nil || took > 4*time.Second {
+			t.Fatalf("round %d: Unlock with etcd not answering: %v after %v; want an error within the 1 s cleanup timeout (+3 s)", round, err, took)
+		}
+		if !errors.Is(m.Err(), fairlock.ErrLost) {
+			t.Fatalf("round %d: Err after an unconfirmed release: %v", round, m.Err())
+		}
+		// The release goes on in the background; the handle takes the
+		// lock again once it is through.
+		lctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err = m.Lock(lctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: Lock after the background release: %v", round, err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			t.Fatalf("round %d: Unlock after a release that ran out: %v", round, err)
+		}
+	}
+}

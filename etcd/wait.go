@@ -67,6 +67,13 @@ func (w *waiter) enqueueLost() bool { return w.sess.ended() && w.callerStop() ==
 // Client closes (sess.ctx ends with both). No goroutine: sess.ctx's end
 // cancels it through context.AfterFunc.
 func bound(user context.Context, deadline time.Time, sess *session) (context.Context, context.CancelFunc) {
+	if deadline.IsZero() && (user == context.Background() || user == context.TODO()) {
+		// Nothing of the caller's ends it and it carries no values: the
+		// session's context is the whole bound (no context of its own, no
+		// callback to register and remove: the common Lock(ctx) of an
+		// uncontended cycle).
+		return sess.ctx, func() {}
+	}
 	var ctx context.Context
 	var cancel context.CancelFunc
 	if deadline.IsZero() {
