@@ -907,6 +907,7 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 // lease (a new name per acquisition would leave a deleted key in etcd's
 // index per cycle until compaction, and every read of the queue's head
 // steps over them), with ".<gen>" after an unconfirmed unfenced delete.
+// Kept for the next acquisition on the same lease and gen.
 func (m *Mutex) keyOf(sess *session) string {
 	g := m.gen.Load()
 	if m.key != "" && m.keySess == sess.id && m.keyGen == g {
