@@ -324,12 +324,15 @@ func BenchmarkUncontendedAlternating(b *testing.B) {
 	} else {
 		prefix = fmt.Sprintf("alt-%d", time.Now().UnixNano())
 	}
-	ctx := context.Background()
+	// As users call a lock: a context that can end (both libraries get
+	// the same one).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	c, err := New(etcdtest.Client(b, endpoint), WithPrefix(prefix))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close(ctx)
+	defer c.Close(context.Background())
 	m, _ := c.NewMutex("alt")
 	s, err := concurrency.NewSession(etcdtest.Client(b, endpoint), concurrency.WithTTL(30))
 	if err != nil {
