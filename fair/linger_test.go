@@ -2,6 +2,7 @@ package fair_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/redistest"
 )
 
@@ -33,14 +35,8 @@ func TestWaitsReuseTheSubscription(t *testing.T) {
 			wrdb.AddHook(countHook{n: &evals})
 			waiter := newMutex(t, newClient(t, wrdb), name, e.opt)
 			for round := 1; round <= 4; round++ {
-				require.NoError(t, holder.Lock(ctx))
 				before := evals.Load()
-				got := make(chan error, 1)
-				go func() {
-					wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-					defer cancel()
-					got <- waiter.Lock(wctx)
-				}()
+				got := holdAndWait(t, ctx, holder, waiter)
 				e.waitQueued(t, rdb, name, 1)
 				want := int64(2) // an attempt, a subscription, a re-check
 				if round > 1 {
@@ -49,16 +45,7 @@ func TestWaitsReuseTheSubscription(t *testing.T) {
 				require.Eventually(t, func() bool { return evals.Load()-before >= want }, 10*time.Second, time.Millisecond)
 				time.Sleep(200 * time.Millisecond) // a re-check, if any, has run
 				require.Equal(t, want, evals.Load()-before, "round %d: attempts before the release", round)
-				t0 := time.Now()
-				require.NoError(t, holder.Unlock(ctx))
-				select {
-				case err := <-got:
-					require.NoError(t, err, "round %d", round)
-				case <-time.After(10 * time.Second):
-					t.Fatalf("round %d: the release did not wake the waiter within 10 s", round)
-				}
-				require.Less(t, time.Since(t0), 5*time.Second, "round %d", round)
-				require.NoError(t, waiter.Unlock(ctx))
+				releaseAndAwait(t, ctx, holder, waiter, got, 10*time.Second, 5*time.Second, fmt.Sprintf("round %d", round))
 			}
 		})
 	}
@@ -84,35 +71,50 @@ func TestReusedSubscriptionSurvivesAKilledConnection(t *testing.T) {
 			wrdb.AddHook(countHook{n: &evals})
 			waiter := newMutex(t, newClient(t, wrdb), name, e.opt)
 			wait := func(kill bool) {
-				require.NoError(t, holder.Lock(ctx))
 				before := evals.Load()
-				got := make(chan error, 1)
-				go func() {
-					wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-					defer cancel()
-					got <- waiter.Lock(wctx)
-				}()
+				got := holdAndWait(t, ctx, holder, waiter)
 				e.waitQueued(t, rdb, name, 1)
 				require.Eventually(t, func() bool { return evals.Load() > before }, 10*time.Second, time.Millisecond)
 				if kill {
 					killPubSub(t, rdb, cname)
 				}
-				t0 := time.Now()
-				require.NoError(t, holder.Unlock(ctx))
-				select {
-				case err := <-got:
-					require.NoError(t, err)
-				case <-time.After(15 * time.Second):
-					t.Fatal("the release did not wake the waiter within 15 s")
-				}
-				require.Less(t, time.Since(t0), 10*time.Second)
-				require.NoError(t, waiter.Unlock(ctx))
+				releaseAndAwait(t, ctx, holder, waiter, got, 15*time.Second, 10*time.Second, fmt.Sprintf("kill %v", kill))
 			}
 			wait(false) // subscribes; the subscription lingers
 			wait(true)  // reuses it; its connection is killed during the wait
 			wait(false) // the rebuilt subscription serves the next wait
 		})
 	}
+}
+
+// holdAndWait takes the lock with holder and starts waiter's Lock (its
+// wait bounded at 20 s); the channel gets its result.
+func holdAndWait(t *testing.T, ctx context.Context, holder, waiter *fair.Mutex) <-chan error {
+	t.Helper()
+	require.NoError(t, holder.Lock(ctx))
+	got := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		got <- waiter.Lock(wctx)
+	}()
+	return got
+}
+
+// releaseAndAwait releases holder's lock and requires the waiter to be
+// granted within wake (and within quick of the release), then releases it.
+func releaseAndAwait(t *testing.T, ctx context.Context, holder, waiter *fair.Mutex, got <-chan error, wake, quick time.Duration, what string) {
+	t.Helper()
+	t0 := time.Now()
+	require.NoError(t, holder.Unlock(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err, what)
+	case <-time.After(wake):
+		t.Fatalf("%s: the release did not wake the waiter within %v", what, wake)
+	}
+	require.Less(t, time.Since(t0), quick, what)
+	require.NoError(t, waiter.Unlock(ctx))
 }
 
 // killPubSub kills the pub/sub connections of the client named cname.
