@@ -345,6 +345,11 @@ func (h *semFairHarness) actLeave(t *rapid.T) {
 
 func (h *semFairHarness) actAbandon(t *rapid.T) {
 	owner := h.owner(t)
+	// Half the time a queued owner: a request given up while it waits in
+	// the queue is what a release must not hand the permits to.
+	if len(h.m.Queue) > 0 && rapid.Bool().Draw(t, "queued") {
+		owner = rapid.SampledFrom(h.m.Queue).Draw(t, "queued owner")
+	}
 	id, ok := h.lastAcq[owner]
 	if !ok {
 		t.Skip("no request to abandon")
