@@ -660,9 +660,17 @@ var semFairDamages = []semDamage{
 	{"wrong type", func(s *semSeq, t *rapid.T, v *stateView) ([]any, func()) {
 		k := rapid.SampledFrom([]string{s.fk.Holders, s.fk.Leases, s.fk.Permits, s.fk.Queue, s.fk.Wants, s.fk.Grace, s.fk.Token,
 			s.fk.AcquireLatch("a" + strconv.Itoa(s.seq+1))}).Draw(t, "key")
-		return wrongType(t, v, k), func() {
-			if k == s.fk.Permits {
+		cmd := wrongType(t, v, k)
+		return cmd, func() {
+			switch {
+			case k == s.fk.Permits:
 				s.pool = -1
+			case cmd == nil:
+			case k == s.fk.Holders && cmd[4] == "hash", k == s.fk.Leases && cmd[4] == "zset":
+				// The key was made another type earlier and now its own
+				// again, with one member (cA:1): a well-formed key that
+				// lost every other holder's record, as "delete a key".
+				clear(s.held)
 			}
 		}
 	}},
