@@ -245,7 +245,12 @@ type AcquireOptions struct {
 // error matching fairlock.ErrCanceled and ctx.Err(); its queue key is
 // deleted in the background before this handle acquires again. A waiter
 // whose lease is lost (expired, or revoked by an operator) stops waiting at
-// once with an error matching fairlock.ErrLost (its place is gone).
+// once with an error matching fairlock.ErrLost (its place is gone). The
+// first attempt (one Txn, which takes a free lock) watches ctx, and
+// Client.Close, only from 20 ms into its call: an attempt answered sooner
+// makes no context of its own, and its grant stands even if ctx ended
+// meanwhile; one still unanswered then (etcd out of reach) ends at most
+// 20 ms after ctx ended.
 func (m *Mutex) Lock(ctx context.Context) error {
 	_, _, err := m.acquire(ctx, AcquireOptions{Wait: Forever})
 	return err
@@ -496,8 +501,10 @@ func (m *Mutex) ValidUntil() time.Time {
 // hold can exist yet (an acquisition through the handle waits for its
 // release to end). It returns an error matching fairlock.ErrNotHeld, changing
 // nothing, when this handle holds nothing (or its hold was lost: Err says
-// why). When ctx ends it still runs on a fresh context bounded by the
-// cleanup timeout. When etcd cannot be reached it returns the error, the
+// why). When ctx has ended it still runs, on a context with ctx's values
+// bounded by the cleanup timeout; a ctx that ends during the release ends
+// it at most 20 ms into the call (a release answered sooner registers
+// nothing on ctx). When etcd cannot be reached it returns the error, the
 // hold ends (Err matching ErrLost) and the release is retried in the
 // background until the lease's validity passes.
 func (m *Mutex) Unlock(ctx context.Context) error {
