@@ -67,6 +67,7 @@ func (b *callBound) begin(user, watch context.Context, end time.Time) context.Co
 	default:
 		d = -1 // nothing to watch, no bound: no timer
 	}
+	b.due = time.Time{} // no run is meant for this call
 	if d >= 0 {
 		b.due = time.Now().Add(d)
 		if b.timer == nil {
@@ -89,7 +90,7 @@ func (b *callBound) fire() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := time.Now()
-	if !b.active || now.Before(b.due) {
+	if !b.active || b.due.IsZero() || now.Before(b.due) {
 		return
 	}
 	if !b.end.IsZero() && !now.Before(b.end) {

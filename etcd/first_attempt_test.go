@@ -181,3 +181,46 @@ func TestCancelDuringStalledUnlock(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitBoundDuringStalledFirstAttempt: a TryLockFor whose first Txn
+// gets no reply gives up at its wait bound (false, nil), the callBound's
+// end, on a context that never ends; its key goes, and the handle locks
+// again afterwards.
+func TestWaitBoundDuringStalledFirstAttempt(t *testing.T) {
+	e, p, _, m := stalledEnv(t, "first-bound")
+	var once sync.Once
+	stall := p.StallReplies()
+	undo := func() { once.Do(stall) }
+	defer undo()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type res struct {
+		ok  bool
+		err error
+	}
+	resc := make(chan res, 1)
+	st := time.Now()
+	go func() {
+		ok, err := m.TryLockFor(ctx, time.Second, 0)
+		resc <- res{ok, err}
+	}()
+	select {
+	case r := <-resc:
+		if r.ok || r.err != nil {
+			t.Fatalf("TryLockFor(1s) stalled in its first Txn: %v, %v; want false, nil", r.ok, r.err)
+		}
+		if took := time.Since(st); took < time.Second || took > 4*time.Second {
+			t.Fatalf("TryLockFor(1s) returned after %v; want the 1 s bound (+3 s)", took)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("TryLockFor(1s) did not return at its wait bound")
+	}
+	e.waitKeys(m, 0)
+	undo()
+	if ok, err := m.TryLockFor(ctx, 20*time.Second, 0); !ok || err != nil {
+		t.Fatalf("TryLockFor after the bounded one: %v, %v", ok, err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
