@@ -19,7 +19,9 @@ type waiter struct {
 	// context, ended also at the wait bound, when the session ends and
 	// when the Client closes (a call to an unreachable etcd waits for a
 	// connection: without this it would outlast the wait bound and the
-	// lease). user is the caller's own context.
+	// lease); for the first attempt the handle's callBound's, which
+	// watches all but the wait bound only from callWatchDelay into the
+	// call (see start). user is the caller's own context.
 	ctx      context.Context
 	user     context.Context
 	o        AcquireOptions
