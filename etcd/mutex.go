@@ -54,6 +54,9 @@ type Mutex struct {
 	// enq is the Txn that joins the queue under the key enq.key (see
 	// waiter.enqueue), used only by an acquisition (in its turn).
 	enq enqueueTxn
+	// first bounds an acquisition's first attempt (see waiter.start),
+	// used only by an acquisition (in its turn).
+	first callBound
 	// The handle's key on the last session it acquired on (see keyOf),
 	// used only by an acquisition (in its turn).
 	keySess clientv3.LeaseID
@@ -66,12 +69,9 @@ type Mutex struct {
 	// grace opens the current hold's loss watch lossWatchDelay after its
 	// grant (see arm): one timer per handle, reset for each hold.
 	grace *time.Timer
-	// The bound of an Unlock's release whose ctx is Background or TODO
-	// (see releaseCtx).
-	relCtx    context.Context
-	relCancel context.CancelCauseFunc
-	relTimer  *time.Timer
-	relDue    time.Time
+	// rel bounds an Unlock's release (one at a time: a hold has one
+	// release, and the next hold begins after it ended).
+	rel callBound
 }
 
 // hold is one acquisition that took the lock.
@@ -245,7 +245,12 @@ type AcquireOptions struct {
 // error matching fairlock.ErrCanceled and ctx.Err(); its queue key is
 // deleted in the background before this handle acquires again. A waiter
 // whose lease is lost (expired, or revoked by an operator) stops waiting at
-// once with an error matching fairlock.ErrLost (its place is gone).
+// once with an error matching fairlock.ErrLost (its place is gone). The
+// first attempt (one Txn, which takes a free lock) watches ctx, and
+// Client.Close, only from 20 ms into its call: an attempt answered sooner
+// makes no context of its own, and its grant stands even if ctx ended
+// meanwhile; one still unanswered then (etcd out of reach) ends at most
+// 20 ms after ctx ended.
 func (m *Mutex) Lock(ctx context.Context) error {
 	_, _, err := m.acquire(ctx, AcquireOptions{Wait: Forever})
 	return err
@@ -496,8 +501,10 @@ func (m *Mutex) ValidUntil() time.Time {
 // hold can exist yet (an acquisition through the handle waits for its
 // release to end). It returns an error matching fairlock.ErrNotHeld, changing
 // nothing, when this handle holds nothing (or its hold was lost: Err says
-// why). When ctx ends it still runs on a fresh context bounded by the
-// cleanup timeout. When etcd cannot be reached it returns the error, the
+// why). When ctx has ended it still runs, on a context with ctx's values
+// bounded by the cleanup timeout; a ctx that ends during the release ends
+// it at most 20 ms into the call (a release answered sooner registers
+// nothing on ctx). When etcd cannot be reached it returns the error, the
 // hold ends (Err matching ErrLost) and the release is retried in the
 // background until the lease's validity passes.
 func (m *Mutex) Unlock(ctx context.Context) error {
@@ -532,16 +539,17 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	h.releasing = true
 	m.mu.Unlock()
 
-	var released bool
-	var err error
-	if ctx == context.Background() || ctx == context.TODO() {
-		released, err = m.release(m.releaseCtx(), h, false)
-		m.releaseDone() // before endHold: the next release of the handle may reuse it
-	} else {
-		cctx, cancel := m.c.cleanupCtx(ctx)
-		released, err = m.release(cctx, h, false)
-		cancel()
+	// The release's context (see callBound): the caller's values, ended
+	// at the cleanup timeout and, once the delete has run callWatchDelay,
+	// when ctx ends; a ctx that already ended gives only its values.
+	user := ctx
+	if ctx == nil {
+		user = context.Background()
+	} else if ctx.Err() != nil {
+		user = context.WithoutCancel(ctx)
 	}
+	released, err := m.release(m.rel.begin(user, nil, time.Now().Add(m.c.cfg.cleanup)), h, false)
+	m.rel.endCall() // before endHold: the next release of the handle may reuse it
 	switch {
 	case err == nil && released:
 		m.endHold(h, nil)
@@ -554,54 +562,6 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		go m.releaseInBackground(h)
 		return err
 	}
-}
-
-// releaseCtx is the context of an Unlock's release when the caller's ctx
-// is Background or TODO (it never ends and carries no values): the
-// handle's own, ended at the cleanup timeout, and reused by the next
-// release when the timeout did not fire, so an Unlock makes no context,
-// timer or callback of its own. A handle runs one such release at a time
-// (a hold has one release, and the next hold begins after the last one
-// ended); releaseDone ends its use before the hold ends.
-func (m *Mutex) releaseCtx() context.Context {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.relCtx == nil {
-		m.relCtx, m.relCancel = context.WithCancelCause(context.Background())
-	}
-	m.relDue = time.Now().Add(m.c.cfg.cleanup)
-	if m.relTimer == nil {
-		m.relTimer = time.AfterFunc(m.c.cfg.cleanup, m.releaseDue)
-	} else {
-		m.relTimer.Reset(m.c.cfg.cleanup)
-	}
-	return m.relCtx
-}
-
-// releaseDone ends a release's use of releaseCtx's context: the timeout is
-// stopped; if it fired (or is firing), the context is spent and the next
-// release makes a new one.
-func (m *Mutex) releaseDone() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if !m.relTimer.Stop() {
-		m.relCtx = nil
-	}
-}
-
-// releaseDue is the cleanup timeout of a release on releaseCtx's context:
-// it ends the context. A run meant for an earlier release (the timer fired
-// as it ended, and was reset for this one) is too early: ignored.
-func (m *Mutex) releaseDue() {
-	m.mu.Lock()
-	if m.relCtx == nil || time.Now().Before(m.relDue) {
-		m.mu.Unlock()
-		return
-	}
-	cancel := m.relCancel
-	m.relCtx = nil
-	m.mu.Unlock()
-	cancel(context.DeadlineExceeded)
 }
 
 // release deletes h's key or, for an explicit lease, revokes the lease.
@@ -854,10 +814,10 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOptions) (bool, int64, err
 		m.c.mu.Unlock()
 		key = m.keyOf(sess)
 		start = time.Now()
-		wctx, wcancel := bound(ctx, deadline, sess)
-		w := &waiter{m: m, ctx: wctx, user: ctx, o: o, key: key, sess: sess, deadline: deadline}
+		w := &waiter{m: m, user: ctx, o: o, key: key, sess: sess, deadline: deadline}
+		w.start()
 		ok, rev, hdr, err = w.run()
-		wcancel()
+		w.finish()
 		if errors.Is(err, errLeaseGone) && attempt < 3 {
 			continue
 		}

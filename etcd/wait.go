@@ -19,7 +19,9 @@ type waiter struct {
 	// context, ended also at the wait bound, when the session ends and
 	// when the Client closes (a call to an unreachable etcd waits for a
 	// connection: without this it would outlast the wait bound and the
-	// lease). user is the caller's own context.
+	// lease); for the first attempt the handle's callBound's, which
+	// watches all but the wait bound only from callWatchDelay into the
+	// call (see start). user is the caller's own context.
 	ctx      context.Context
 	user     context.Context
 	o        AcquireOptions
@@ -27,7 +29,48 @@ type waiter struct {
 	sess     *session
 	deadline time.Time // zero: no bound but ctx
 
+	// first: ctx is the handle's callBound's (see start), for the first
+	// attempt only; cancel ends ctx otherwise.
+	first  bool
+	cancel context.CancelFunc
+
 	reported bool
+}
+
+// start sets the acquisition's ctx for its first attempt. With a caller's
+// context that can end, or a wait bound, it is the handle's callBound's
+// (m.first): it carries the caller's values, ends at the wait bound, and
+// watches the caller's context and the session's only from
+// callWatchDelay into the call, so an uncontended grant (decided by the
+// first Txn) makes no context and registers nothing. Anything after the
+// first attempt (a wait, a retry) runs on the full bound (bindAll).
+func (w *waiter) start() {
+	if w.m.capacity > 0 || w.deadline.IsZero() && (w.user == context.Background() || w.user == context.TODO()) {
+		w.ctx, w.cancel = bound(w.user, w.deadline, w.sess)
+		return
+	}
+	w.ctx, w.first = w.m.first.begin(w.user, w.sess.ctx, w.deadline), true
+}
+
+// bindAll moves the acquisition from its first attempt's context to the
+// full bound (see ctx): before a wait or a retry.
+func (w *waiter) bindAll() {
+	if !w.first {
+		return
+	}
+	w.m.first.endCall()
+	w.first = false
+	w.ctx, w.cancel = bound(w.user, w.deadline, w.sess)
+}
+
+// finish ends the acquisition's use of its ctx.
+func (w *waiter) finish() {
+	if w.first {
+		w.m.first.endCall()
+		w.first = false
+		return
+	}
+	w.cancel()
 }
 
 // stopErr is the error of an acquisition whose caller's ctx ended, whose
@@ -147,6 +190,7 @@ func (w *waiter) lostErr() error {
 func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 	m, cli := w.m, w.m.c.cli
 	if m.capacity > 0 {
+		w.bindAll()
 		return w.runSem()
 	}
 	if w.o.Wait == 0 {
@@ -188,6 +232,7 @@ func (w *waiter) run() (ok bool, rev, hdr int64, err error) {
 	if head := resp.Responses[1].GetResponseRange().Kvs; len(head) == 0 || head[0].CreateRevision >= rev {
 		return true, rev, resp.Header.Revision, nil
 	}
+	w.bindAll()
 
 	// Wait: read our key and our predecessor (the newest key older than
 	// ours) in one read-only Txn at one revision R; watch the predecessor
@@ -406,6 +451,7 @@ func (w *waiter) enqueue(t *enqueueTxn) (*clientv3.TxnResponse, int64, error) {
 	for {
 		resp, err := w.m.c.cli.Txn(w.ctx).If(t.cmp).Then(t.then...).Else(t.els...).Commit()
 		if err != nil {
+			w.bindAll()
 			if isLeaseGone(err) {
 				return nil, 0, w.leaseGone()
 			}
