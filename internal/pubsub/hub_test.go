@@ -243,3 +243,68 @@ func TestNoteNeverHidesAWakeUp(t *testing.T) {
 		}
 	})
 }
+
+// A wake-up taken from C but not acted on (PassOn) is not lost: it goes
+// back to its waiter while that is registered, and after the waiter's Close
+// to the next waiter of the channel, as a pending one does on Close. (A
+// worker that waits for a waiter's wake-up hands it on when the waiter
+// stopped waiting meanwhile: internal/core/wake.go.)
+func TestPassOnLosesNoWakeUp(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		rdb := b.Client(t)
+		h := pubsub.New(rdb, 30*time.Second)
+		defer h.Close()
+		ch := redistest.Prefix(t) + "ch"
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w1, err := h.Subscribe(ctx, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w2, err := h.Subscribe(ctx, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w2.Close()
+		woken := func(w *pubsub.Waiter) bool {
+			select {
+			case <-w.C():
+				return true
+			case <-time.After(5 * time.Second):
+				return false
+			}
+		}
+		pending := func(w *pubsub.Waiter) bool {
+			select {
+			case <-w.C():
+				return true
+			default:
+				return false
+			}
+		}
+		// An unlock message wakes one waiter: the first.
+		if err := rdb.Publish(ctx, ch, "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if !woken(w1) {
+			t.Fatal("no wake-up for the first waiter")
+		}
+		if pending(w2) {
+			t.Fatal("an unlock message woke two waiters")
+		}
+		// Handed back while registered: w1 has it again, w2 not.
+		w1.PassOn()
+		if !pending(w1) || pending(w2) {
+			t.Fatal("PassOn of a registered waiter did not give the wake-up back to it")
+		}
+		// Taken, the waiter closed, then handed on: w2 gets it.
+		w1.Close()
+		if pending(w2) {
+			t.Fatal("Close passed on a wake-up that was not pending")
+		}
+		w1.PassOn()
+		if !pending(w2) {
+			t.Fatal("PassOn after Close lost the wake-up: the channel's other waiter did not get it")
+		}
+	})
+}
