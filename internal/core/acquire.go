@@ -130,43 +130,6 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		recheck = true
 		due := time.Now().Add(q.sleepFor(ttl))
 		timer.Reset(time.Until(due))
-		if q.armable() {
-			// The wake-up's attempt is armed on a worker (wake.go).
-			ar := q.arm(w)
-			var res armedResult
-			select {
-			case res = <-ar.res:
-			case <-timer.C:
-				if ar.cancel() {
-					q.woke = time.Time{}
-					continue
-				}
-				res = q.armedWait(ar)
-			case <-ctx.Done():
-				if ar.cancel() {
-					return q.giveUp(nil)
-				}
-				res = armedResult{err: ctx.Err()} // in flight: its outcome is unknown
-			case <-q.closing:
-				if ar.cancel() {
-					return q.giveUp(nil)
-				}
-				res = armedResult{err: ErrClosed}
-			}
-			if m.S.obs != nil {
-				q.woke = ar.woke
-			}
-			ok, ttl, err = q.armedTry(ar, res)
-			if err != nil || ok {
-				return q.result(ok, err)
-			}
-			if q.expired() {
-				return q.giveUp(nil)
-			}
-			q.pos.report()
-			recheck = false
-			continue
-		}
 	wait:
 		for {
 			select {
@@ -256,7 +219,6 @@ type acquisition struct {
 	// (zero: none yet). Every direct handoff to this request happened
 	// after it (handoff.go).
 	reqSent time.Time
-	sent    time.Time // the send time of the last attempt
 	// handoff: the engine's release grants the lock to the live head
 	// directly (the scalable fair engine); a waiter then gives up with
 	// abandon (the grant may be in flight).
@@ -366,20 +328,12 @@ func (q *acquisition) newRequest() {
 
 // try makes attempts until one gets a definite answer: sent again after a
 // transient error, with backoff, while the wait and ctx last.
-func (q *acquisition) try() (bool, int64, error) { return q.tryFrom(nil) }
-
-// tryFrom is try whose first attempt is first (one sent already: an armed
-// attempt, wake.go), or boundedAttempt when first is nil.
-func (q *acquisition) tryFrom(first func() (bool, int64, error)) (bool, int64, error) {
+func (q *acquisition) try() (bool, int64, error) {
 	backoff := retryMin
 	budget := q.m.S.Config.OutageBudget
 	for {
-		next := q.boundedAttempt
-		if first != nil {
-			next, first = first, nil
-		}
-		ok, ttl, err := next()
-		sent := q.sent
+		sent := time.Now()
+		ok, ttl, err := q.boundedAttempt()
 		if err == nil {
 			q.lastErr = nil // a definite answer: Redis is reachable
 			q.outageSince = time.Time{}
@@ -417,13 +371,7 @@ func (q *acquisition) boundedAttempt() (bool, int64, error) {
 		q.cctx, cancel = context.WithDeadline(base, q.outageSince.Add(budget))
 		defer func() { cancel(); q.cctx = base }()
 	}
-	return q.bounded(q.attempt())
-}
-
-// bounded maps an attempt's error when the call's bound cut it (its ctx
-// ended, the caller's did not): see boundedAttempt.
-func (q *acquisition) bounded(ok bool, ttl int64, err error) (bool, int64, error) {
-	budget := q.m.S.Config.OutageBudget
+	ok, ttl, err := q.attempt()
 	if err != nil && q.ctx.Err() == nil && q.cctx.Err() != nil &&
 		(errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		what := fmt.Sprintf("no answer within the call's bound (wait %v + attempt timeout %v)", max(q.o.Wait, 0), q.m.S.attempt)
@@ -456,69 +404,42 @@ func (q *acquisition) pause(d time.Duration) bool {
 // acknowledgement and starts (or adds to) the hold.
 func (q *acquisition) attempt() (bool, int64, error) {
 	m := q.m
-	args, sent, kept := q.prepare(q.a)
-	q.sent = sent
-	// A re-entry sets the key's TTL to its lease whether or not its reply
-	// comes back: the current hold is valid no longer than that.
-	m.bound(sent, args.LeaseMs)
-	send := q.sender()
-	r, ttl, err := call2(q.cctx, m.S.how(q.cctx), q.closing, func(ctx context.Context) (tried, int64, error) {
-		return send(ctx, args)
-	})
-	return q.attempted(args, sent, kept, r, ttl, err)
-}
-
-// tried is one attempt's reply: acquired, and the request's place when
-// the engine tells it (AheadTrier; zero otherwise).
-type tried struct {
-	ok    bool
-	ahead wire.Ahead
-}
-
-// prepare returns the arguments of an attempt of request a sent now, the
-// send time and whether the lease is the watchdog's. It changes nothing
-// (an armed attempt's worker calls it: wake.go).
-func (q *acquisition) prepare(a wire.Args) (wire.Args, time.Time, bool) {
-	m := q.m
-	a.NowMs = m.S.WallMs()
+	q.a.NowMs = m.S.WallMs()
 	leaseMs, kept := m.leaseFor(q.o.Lease)
-	a.LeaseMs = leaseMs
-	return a, time.Now(), kept
-}
-
-// sender returns the Redis call of an attempt: the engine's Try, or
-// TryAhead when the position is tracked.
-func (q *acquisition) sender() func(context.Context, wire.Args) (tried, int64, error) {
-	m := q.m
-	if q.pos != nil {
-		if at, ok := m.E.(AheadTrier); ok {
-			return func(ctx context.Context, args wire.Args) (tried, int64, error) {
-				ok, ttl, ahead, err := at.TryAhead(ctx, args)
-				return tried{ok, ahead}, ttl, err
-			}
-		}
-	}
-	queue := q.o.Queue
-	return func(ctx context.Context, args wire.Args) (tried, int64, error) {
-		ok, ttl, err := m.E.Try(ctx, args, queue)
-		return tried{ok: ok}, ttl, err
-	}
-}
-
-// attempted handles the reply (r, ttl, err) of the attempt sent at sent with
-// args (the call's copy of q.a: it may outlive the attempt).
-func (q *acquisition) attempted(args wire.Args, sent time.Time, kept bool, r tried, ttl int64, err error) (bool, int64, error) {
-	m := q.m
-	q.a.NowMs, q.a.LeaseMs = args.NowMs, args.LeaseMs
-	leaseMs := args.LeaseMs
+	q.a.LeaseMs = leaseMs
+	sent := time.Now()
 	if q.reqSent.IsZero() {
 		q.reqSent = sent
 	}
-	ok := r.ok
-	if q.pos != nil && err == nil && !ok {
-		if _, at := m.E.(AheadTrier); at {
+	// A re-entry sets the key's TTL to its lease whether or not its reply
+	// comes back: the current hold is valid no longer than that.
+	m.bound(sent, leaseMs)
+	args := q.a // the call may outlive this attempt: it gets its own copy
+	var ok bool
+	var ttl int64
+	var err error
+	var at AheadTrier
+	if q.pos != nil {
+		at, _ = m.E.(AheadTrier)
+	}
+	if at != nil {
+		type okAhead struct {
+			ok    bool
+			ahead wire.Ahead
+		}
+		var r okAhead
+		r, ttl, err = call2(q.cctx, m.S.how(q.cctx), q.closing, func(ctx context.Context) (okAhead, int64, error) {
+			ok, ttl, ahead, err := at.TryAhead(ctx, args)
+			return okAhead{ok, ahead}, ttl, err
+		})
+		ok = r.ok
+		if err == nil && !ok {
 			q.pos.have, q.pos.ahead, q.pos.at = true, r.ahead, sent
 		}
+	} else {
+		ok, ttl, err = call2(q.cctx, m.S.how(q.cctx), q.closing, func(ctx context.Context) (bool, int64, error) {
+			return m.E.Try(ctx, args, q.o.Queue)
+		})
 	}
 	if (err != nil && !isScriptError(err)) || time.Since(sent) >= m.S.resendAfter {
 		if q.pos != nil {

@@ -226,24 +226,6 @@ func (h *Hub) Attach(channel string) *Waiter {
 	return w
 }
 
-// PassOn hands on a wake-up taken from C but not acted on: back to the
-// waiter while it is registered (as if it had not been taken), else to the
-// next waiter on the channel, as Close passes on a pending one. A caller
-// that takes wake-ups on another goroutine than the one that decides to
-// stop waiting uses it, so that no wake-up is lost.
-func (w *Waiter) PassOn() {
-	h := w.hub
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !w.closed {
-		notify(w)
-		return
-	}
-	if e := h.chans[w.channel]; e != nil {
-		wakeOne(e)
-	}
-}
-
 // Close removes the waiter. A wake-up it received but did not consume passes
 // to the next waiter on the channel, so that it is not lost. The last waiter
 // to leave unsubscribes.

@@ -61,11 +61,12 @@ func (h grantThenStallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) 
 	return next
 }
 
-// Issue 33: a woken waiter's attempt is sent by a worker that received the
-// wake-up (an armed attempt, internal/core/wake.go), not by the waiter's
-// goroutine. A ctx that ends while that attempt is in flight must still end
-// Lock at once, with the attempt's grant given back: the caller was told it
-// does not hold the lock, so nobody may hold it.
+// Issue 33: a ctx that ends while a woken waiter's attempt is in flight
+// (the attempt a wake-up asked for, after the holder's unlock; it took the
+// lock, its reply is late) must still end Lock at once, with the grant
+// given back: the caller was told it does not hold the lock, so nobody may
+// hold it. (The guard of any change to how a woken attempt is sent: issue
+// 33 tried sending it from a worker that received the wake-up.)
 func TestCancelDuringWokenAttemptGivesBack(t *testing.T) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx := testCtx(t)
