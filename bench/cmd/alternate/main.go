@@ -39,6 +39,7 @@ func main() {
 	only := flag.String("kinds", "", "comma-separated kinds (default: reentrant,fair,scalable)")
 	chunk := flag.Int("chunk", 50, "handoffs per turn of a kind")
 	cpu := flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
+	flag.BoolVar(&background, "background", false, "call Lock and Unlock with context.Background (no deadline: the library runs its calls inline, no worker hop) instead of a context.WithTimeout")
 	flag.Parse()
 	if *cpu != "" {
 		f, err := os.Create(*cpu)
@@ -122,6 +123,18 @@ func main() {
 	fmt.Println()
 }
 
+// background: Lock and Unlock get a context that never ends (--background).
+var background bool
+
+// opCtx is the context of one Lock or Unlock: with a timeout (as users call
+// the library), or --background's.
+func opCtx(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if background {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
 func median(d []time.Duration) time.Duration {
@@ -140,7 +153,7 @@ func alternate(ctx context.Context, x, y locker, n int) []time.Duration {
 	for i := 0; i < n; i++ {
 		w := 1 - holder
 		go func() {
-			lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			lctx, cancel := opCtx(ctx, 10*time.Second)
 			defer cancel()
 			if err := hs[w].Lock(lctx); err != nil {
 				panic(err)
@@ -148,7 +161,7 @@ func alternate(ctx context.Context, x, y locker, n int) []time.Duration {
 			got <- time.Now()
 		}()
 		time.Sleep(2 * time.Millisecond)
-		uctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		uctx, cancel := opCtx(ctx, 5*time.Second)
 		t0 := time.Now()
 		if err := hs[holder].Unlock(uctx); err != nil {
 			panic(err)
