@@ -65,7 +65,7 @@ func ScalableSource(file string) string {
 	if err != nil || !strings.HasPrefix(file, "fair_") {
 		panic("lua: no fair-lock script " + file)
 	}
-	return mustRead(fileLatchCommon) + mustRead(fileFairToken) + fastPath(file) + mustRead(fileQueueScalable) + mustRead(fileResLock) + mustRead(fileFairCommon) + string(body)
+	return compose(string(body), mustRead(fileLatchCommon), mustRead(fileFairToken), fastPath(file), mustRead(fileQueueScalable), mustRead(fileResLock), mustRead(fileFairCommon))
 }
 
 // ScalableScripts is one loaded set of the scalable engine's scripts.

@@ -106,7 +106,7 @@ func SeatsSource(file string) string {
 	if file == FileSeatsRenew {
 		return string(body)
 	}
-	return mustRead(fileLatchCommon) + mustRead(fileFairToken) + mustRead(fileFairCommon) + mustRead(fileSeatsCommon) + string(body)
+	return compose(string(body), mustRead(fileLatchCommon), mustRead(fileFairToken), mustRead(fileFairCommon), mustRead(fileSeatsCommon))
 }
 
 // SeatsScripts is one loaded set of the seats scripts. SeatsDefault is the

@@ -107,7 +107,7 @@ func SemFairSource(file string) string {
 	if file == FileSemFairRenew || file == FileSemFairQueued {
 		return string(body)
 	}
-	return mustRead(fileLatchCommon) + mustRead(fileFairToken) + mustRead(fileQueueScalable) + mustRead(fileResSem) + mustRead(fileFairCommon) + string(body)
+	return compose(string(body), mustRead(fileLatchCommon), mustRead(fileFairToken), mustRead(fileQueueScalable), mustRead(fileResSem), mustRead(fileFairCommon))
 }
 
 // SemFairScripts is one loaded set of the fair semaphore's scripts.

@@ -194,15 +194,15 @@ func Source(file string) string {
 		panic("lua: no script " + file)
 	}
 	if strings.HasPrefix(file, "sem_") {
-		return mustRead(fileSemCommon) + string(body)
+		return compose(string(body), mustRead(fileSemCommon))
 	}
 	if file == FileFairState {
 		return string(body)
 	}
 	if !strings.HasPrefix(file, "fair_") {
-		return mustRead(fileLatchCommon) + string(body)
+		return compose(string(body), mustRead(fileLatchCommon))
 	}
-	return mustRead(fileLatchCommon) + mustRead(fileFairToken) + fastPath(file) + mustRead(fileQueueRedisson) + mustRead(fileResLock) + mustRead(fileFairCommon) + string(body)
+	return compose(string(body), mustRead(fileLatchCommon), mustRead(fileFairToken), fastPath(file), mustRead(fileQueueRedisson), mustRead(fileResLock), mustRead(fileFairCommon))
 }
 
 // fastPath is the fast path of a fair acquisition (fair_fast_take.lua) for

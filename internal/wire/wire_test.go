@@ -41,6 +41,12 @@ func TestEveryScriptLoads(t *testing.T) {
 			require.NoError(t, err, f)
 			assert.Equal(t, sc.Hash(), sha, f)
 		}
+		for _, f := range wire.SeatsFiles {
+			sc := wire.SeatsDefault().Script(f)
+			sha, err := sc.Load(context.Background(), rdb).Result()
+			require.NoError(t, err, f)
+			assert.Equal(t, sc.Hash(), sha, f)
+		}
 	})
 }
 
