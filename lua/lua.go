@@ -18,7 +18,9 @@
 // queue_scalable.lua, the lock's resource res_lock.lua and fair_common.lua;
 // for the fair semaphore's sem_fair_*.lua, fair_token.lua,
 // queue_scalable.lua, res_sem.lua and fair_common.lua). The fair semaphore
-// is not in Redisson: its keys and replies are this module's own.
+// is not in Redisson: its keys and replies are this module's own. A shared
+// part goes without its top-level functions that nothing kept calls (package
+// wire, trim.go), so the text sent differs from the files' concatenation.
 // The Go code that knows each script's KEYS and ARGV order is internal; the
 // locks load these files when this package is linked in, which every lock
 // package does.

@@ -187,7 +187,8 @@ var Files = []string{
 // semaphore's sem_*.lua; SemFairSource assembles the fair semaphore's), and
 // for the fair-lock scripts the Redisson-compatible engine's queue
 // operations, the lock's resource (res_lock.lua) and fair_common.lua too
-// (see ScalableSource for the other engine).
+// (see ScalableSource for the other engine). Every Source function leaves
+// out the shared parts' unused top-level functions (compose, trim.go).
 func Source(file string) string {
 	body, err := readFile(file)
 	if err != nil {
