@@ -60,7 +60,9 @@ func (k Keys) ScalableQueue() string {
 // ScalableSource returns the text of a scalable-engine script as it is sent
 // to Redis: the fair-lock body with latch_common.lua, queue_scalable.lua,
 // res_lock.lua and fair_common.lua in front of it.
-func ScalableSource(file string) string {
+func ScalableSource(file string) string { return scalableSource(file, compose) }
+
+func scalableSource(file string, compose composer) string {
 	body, err := readFile(file)
 	if err != nil || !strings.HasPrefix(file, "fair_") {
 		panic("lua: no fair-lock script " + file)
@@ -83,10 +85,7 @@ var ScalableDefault = sync.OnceValue(func() *ScalableScripts { return EditScalab
 func EditScalable(edit func(file, src string) string) *ScalableScripts {
 	set := newScripts(len(ScalableFiles))
 	for _, f := range ScalableFiles {
-		src := ScalableSource(f)
-		if edit != nil {
-			src = edit(f, src)
-		}
+		src := editSource(f, edit, scalableSource)
 		set.add(f, src)
 	}
 	return &ScalableScripts{byFile: set.byFile, set: set}

@@ -98,7 +98,9 @@ func (k SeatsKeys) common(extra ...string) []string {
 // SeatsSource returns the text of a seats script as it is sent to Redis:
 // the body with latch_common.lua, fair_common.lua and seats_common.lua in
 // front of it (the renewal, which uses none of them, as it is).
-func SeatsSource(file string) string {
+func SeatsSource(file string) string { return seatsSource(file, compose) }
+
+func seatsSource(file string, compose composer) string {
 	body, err := readFile(file)
 	if err != nil || !strings.HasPrefix(file, "seats_") || file == fileSeatsCommon {
 		panic("lua: no seats script " + file)
@@ -123,10 +125,7 @@ var SeatsDefault = sync.OnceValue(func() *SeatsScripts { return EditSeats(nil) }
 func EditSeats(edit func(file, src string) string) *SeatsScripts {
 	s := &SeatsScripts{set: newScripts(len(SeatsFiles))}
 	for _, f := range SeatsFiles {
-		src := SeatsSource(f)
-		if edit != nil {
-			src = edit(f, src)
-		}
+		src := editSource(f, edit, seatsSource)
 		s.set.add(f, src)
 	}
 	return s

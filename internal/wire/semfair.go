@@ -99,7 +99,9 @@ func (k SemFairKeys) common(extra ...string) []string {
 // to Redis: the body with latch_common.lua, queue_scalable.lua,
 // res_sem.lua and fair_common.lua in front of it (the renewal and the queued check, which use
 // none of them, as it is).
-func SemFairSource(file string) string {
+func SemFairSource(file string) string { return semFairSource(file, compose) }
+
+func semFairSource(file string, compose composer) string {
 	body, err := readFile(file)
 	if err != nil || !strings.HasPrefix(file, "sem_fair_") {
 		panic("lua: no fair-semaphore script " + file)
@@ -124,10 +126,7 @@ var SemFairDefault = sync.OnceValue(func() *SemFairScripts { return EditSemFair(
 func EditSemFair(edit func(file, src string) string) *SemFairScripts {
 	s := &SemFairScripts{set: newScripts(len(SemFairFiles))}
 	for _, f := range SemFairFiles {
-		src := SemFairSource(f)
-		if edit != nil {
-			src = edit(f, src)
-		}
+		src := editSource(f, edit, semFairSource)
 		s.set.add(f, src)
 	}
 	return s

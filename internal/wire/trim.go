@@ -25,6 +25,32 @@ func compose(body string, parts ...string) string {
 	return composeWith(trimmer, body, parts...)
 }
 
+// composer is compose's signature; the Source functions take one so that
+// editSource can compose a script whole.
+type composer func(body string, parts ...string) string
+
+// composeWhole is compose without the trim: every shared function kept.
+func composeWhole(body string, parts ...string) string {
+	return composeWith(func(_ string, parts []string) []string { return parts }, body, parts...)
+}
+
+// editSource is the text of file for the Edit functions (tests' broken
+// script sets): the script as sent to Redis when edit leaves it as it is;
+// otherwise edit applied to the script composed whole, so that a broken
+// variant whose new text calls a shared function this script does not use
+// (one the trim left out) runs as written, instead of failing on a missing
+// function and being "caught" for that.
+func editSource(file string, edit func(file, src string) string, src func(string, composer) string) string {
+	s := src(file, compose)
+	if edit == nil {
+		return s
+	}
+	if e := edit(file, s); e != s {
+		return edit(file, src(file, composeWhole))
+	}
+	return s
+}
+
 // trimmer is trimParts; tests swap in broken ones.
 var trimmer = trimParts
 

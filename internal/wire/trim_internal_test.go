@@ -42,3 +42,32 @@ func TestTrimPartsSynthetic(t *testing.T) {
 	assert.Equal(t, p, trimParts("f()", []string{p})[0])
 	assert.Equal(t, "", strings.TrimSpace(trimParts("return 1", []string{p})[0]))
 }
+
+// A broken variant (a test's edit) that calls a shared function its script
+// does not use gets the script composed whole, so the function is there:
+// otherwise Redis would refuse the variant on a missing global and a test
+// would count that as the variant caught.
+func TestEditSourceKeepsWhatTheEditCalls(t *testing.T) {
+	const def = "local function latch_token("
+	if !strings.Contains(Source(FileUnlock), "latch_token") {
+		// the premise: unlock.lua's composition leaves latch_token out
+		assert.NotContains(t, Source(FileUnlock), def)
+	} else {
+		t.Fatalf("unlock.lua uses latch_token now: pick another function for this test")
+	}
+	const line = "local latched = redis.call('get', KEYS[3])\n"
+	if n := strings.Count(Source(FileUnlock), line); n != 1 {
+		t.Fatalf("%q occurs %d times in unlock.lua as sent", line, n)
+	}
+	edit := func(file, src string) string {
+		if file != FileUnlock {
+			return src
+		}
+		return strings.Replace(src, line, "local _ = latch_token\n"+line, 1)
+	}
+	got := editSource(FileUnlock, edit, source)
+	assert.Contains(t, got, "local _ = latch_token", "the edit applied")
+	assert.Contains(t, got, def, "the function the edit calls is defined")
+	assert.Equal(t, Source(FileAcquire), editSource(FileAcquire, edit, source), "a script the edit leaves alone is sent as it is")
+	assert.Equal(t, Source(FileUnlock), editSource(FileUnlock, nil, source))
+}

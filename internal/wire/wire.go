@@ -189,7 +189,9 @@ var Files = []string{
 // operations, the lock's resource (res_lock.lua) and fair_common.lua too
 // (see ScalableSource for the other engine). Every Source function leaves
 // out the shared parts' unused top-level functions (compose, trim.go).
-func Source(file string) string {
+func Source(file string) string { return source(file, compose) }
+
+func source(file string, compose composer) string {
 	body, err := readFile(file)
 	if err != nil {
 		panic("lua: no script " + file)
@@ -254,10 +256,7 @@ var Default = sync.OnceValue(func() *Scripts { return Edit(nil) })
 func Edit(edit func(file, src string) string) *Scripts {
 	s := newScripts(len(Files))
 	for _, f := range Files {
-		src := Source(f)
-		if edit != nil {
-			src = edit(f, src)
-		}
+		src := editSource(f, edit, source)
 		s.add(f, src)
 	}
 	return s
