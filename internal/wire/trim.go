@@ -35,20 +35,21 @@ func composeWhole(body string, parts ...string) string {
 }
 
 // editSource is the text of file for the Edit functions (tests' broken
-// script sets): the script as sent to Redis when edit leaves it as it is;
-// otherwise edit applied to the script composed whole, so that a broken
-// variant whose new text calls a shared function this script does not use
-// (one the trim left out) runs as written, instead of failing on a missing
-// function and being "caught" for that.
+// script sets): edit is applied once, to the script composed whole (as
+// scripts were composed before the trim), and a script it leaves as it is
+// is sent as Redis gets it normally (trimmed). So a broken variant whose new
+// text calls a shared function the trim leaves out of that script runs as
+// written, instead of failing on a missing function and being "caught" for
+// that; and an edit that counts its matches sees each shared function once.
 func editSource(file string, edit func(file, src string) string, src func(string, composer) string) string {
-	s := src(file, compose)
 	if edit == nil {
-		return s
+		return src(file, compose)
 	}
-	if e := edit(file, s); e != s {
-		return edit(file, src(file, composeWhole))
+	whole := src(file, composeWhole)
+	if e := edit(file, whole); e != whole {
+		return e
 	}
-	return s
+	return src(file, compose)
 }
 
 // trimmer is trimParts; tests swap in broken ones.

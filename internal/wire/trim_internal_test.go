@@ -71,3 +71,11 @@ func TestEditSourceKeepsWhatTheEditCalls(t *testing.T) {
 	assert.Equal(t, Source(FileAcquire), editSource(FileAcquire, edit, source), "a script the edit leaves alone is sent as it is")
 	assert.Equal(t, Source(FileUnlock), editSource(FileUnlock, nil, source))
 }
+
+// The Edit functions call an edit once per script: the tests' edits count
+// their matches (faulttests' seats and semaphore variants).
+func TestEditSourceCallsTheEditOnce(t *testing.T) {
+	calls := 0
+	editSource(FileUnlock, func(file, src string) string { calls++; return src + "\n-- x" }, source)
+	assert.Equal(t, 1, calls)
+}
