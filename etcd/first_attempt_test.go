@@ -21,6 +21,16 @@ import (
 
 // stalledEnv is a handle on a Client whose connection goes through a
 // proxy, with its session granted (a first cycle), and the proxy.
+// holdReplies holds back the proxy's replies until the returned undo (or
+// the test's end) lets them through; undo may be called more than once.
+func holdReplies(t *testing.T, p *faultproxy.Proxy) (undo func()) {
+	var once sync.Once
+	stall := p.StallReplies()
+	undo = func() { once.Do(stall) }
+	t.Cleanup(undo)
+	return undo
+}
+
 func stalledEnv(t *testing.T, name string, opts ...Option) (*env, *faultproxy.Proxy, *Client, *Mutex) {
 	t.Helper()
 	e := newEnv(t)
@@ -60,10 +70,7 @@ func TestCancelDuringStalledFirstAttempt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			setCallWatchDelay(t, tc.delay)
 			e, p, _, m := stalledEnv(t, "first-cancel")
-			var once sync.Once
-			stall := p.StallReplies()
-			undo := func() { once.Do(stall) }
-			defer undo()
+			undo := holdReplies(t, p)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			errc := make(chan error, 1)
@@ -142,10 +149,7 @@ func TestCancelDuringStalledUnlock(t *testing.T) {
 			if err := m.Lock(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			var once sync.Once
-			stall := p.StallReplies()
-			undo := func() { once.Do(stall) }
-			defer undo()
+			undo := holdReplies(t, p)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			errc := make(chan error, 1)
@@ -188,10 +192,7 @@ func TestCancelDuringStalledUnlock(t *testing.T) {
 // again afterwards.
 func TestWaitBoundDuringStalledFirstAttempt(t *testing.T) {
 	e, p, _, m := stalledEnv(t, "first-bound")
-	var once sync.Once
-	stall := p.StallReplies()
-	undo := func() { once.Do(stall) }
-	defer undo()
+	undo := holdReplies(t, p)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type res struct {
