@@ -99,7 +99,12 @@ func (r *fenceRun) hold(e *Env, c *Client, m *fenced.Mutex, rng *rand.Rand, writ
 	lease := WatchdogLease
 	var tok int64
 	var err error
-	if rng.IntN(2) == 0 {
+	// A paused hold takes an explicit lease: the pause stops only this
+	// goroutine, so under the watchdog's lease the watchdog would keep the
+	// hold alive through it and the pause would lose nothing (a real GC
+	// pause or SIGSTOP stops the watchdog too).
+	pause = pause || rng.IntN(8) == 0
+	if pause || rng.IntN(2) == 0 {
 		lease = ExplicitLeaseMin
 		tok, err = m.LockAndGetTokenWithLease(ctx, lease)
 	} else {
@@ -124,7 +129,7 @@ func (r *fenceRun) hold(e *Env, c *Client, m *fenced.Mutex, rng *rand.Rand, writ
 			}
 		}
 	}
-	if pause || rng.IntN(8) == 0 {
+	if pause {
 		// The holder's goroutine stops past its lease (no check of Done
 		// after it resumes: the write already "passed" its check).
 		r.paused.Add(1)
