@@ -422,10 +422,12 @@ func (s *session) refresh(ctx context.Context) (gone bool, err error) {
 }
 
 // keepAlive sends a keep-alive every third of the TTL (more often after a
-// failure) until the session ends or keep-alives are stopped; when the
-// validity passes with no confirmed keep-alive the session is lost.
+// failure, and at once when less validity is left than that) until the
+// session ends or keep-alives are stopped; when the validity passes with no
+// confirmed keep-alive the session is lost.
 func (s *session) keepAlive() {
 	next := time.Duration(0)
+	failed := false // the last keep-alive got no confirmation
 	for {
 		s.mu.Lock()
 		valid, ttl := s.valid, s.ttl
@@ -445,6 +447,13 @@ func (s *session) keepAlive() {
 			return
 		}
 		wait := min(next, left)
+		if left <= next && !failed {
+			// Less validity left than the time to the next keep-alive (a
+			// grant or keep-alive answered late: the validity counts from
+			// its send): send one now, not at the validity's end, when it
+			// would be too late.
+			wait = 0
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-s.done:
@@ -470,7 +479,8 @@ func (s *session) keepAlive() {
 		if gone {
 			return
 		}
-		if err != nil {
+		failed = err != nil
+		if failed {
 			next = min(ttl/10, 250*time.Millisecond) // try again soon
 		} else {
 			next = 0

@@ -105,6 +105,10 @@ func (r *run) hold(m *Mutex, who string, holdFor time.Duration, during func()) (
 	if d := time.Since(x.call); d > faultWait+slack {
 		t.Errorf("%s: Acquire with wait %v returned after %v", who, faultWait, d)
 	}
+	if !strings.HasPrefix(who, "w") && (err != nil || !got) {
+		// not a worker's: the test's own hold, whose failure it reports
+		t.Logf("%s: Acquire(wait %v): granted %v, err %v, after %v", who, faultWait, got, err, time.Since(x.call))
+	}
 	if err != nil || !got {
 		if err != nil {
 			r.errs.Add(1)
@@ -177,6 +181,13 @@ func (r *run) hold(m *Mutex, who string, holdFor time.Duration, during func()) (
 
 // workers starts n workers on clients; they stop when r.stop is set.
 func (r *run) workers(clients []*Client, n int, wg *sync.WaitGroup) {
+	// A test that ends early (t.Fatal) stops its workers before its
+	// Clients close (cleanups run last-registered first), so a failure is
+	// not followed by every worker's "client closed".
+	r.t.Cleanup(func() {
+		r.stop.Store(true)
+		wg.Wait()
+	})
 	for i := range n {
 		c := clients[i%len(clients)]
 		m := mustMutex(r.t, c, r.name)
