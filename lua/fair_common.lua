@@ -271,8 +271,9 @@ local function sleep_held(pttl, grace, second)
 end
 
 -- wake_front wakes owner, the head or (second) the waiter behind it, in
--- finish. On the scalable engine's lock (HANDOFF, RES_NOTES; not for the
--- other engine's waiters a release wakes, other), a waiter woken while the
+-- finish. On the scalable engine's lock, and on the Redisson engine's for a
+-- waiter of this library's clients (RES_NOTES, q_noted; not for the other
+-- engine's waiters a release wakes, other), a waiter woken while the
 -- lock is held would only run an attempt that changes nothing and replies
 -- how long to sleep (reply: the lock's PTTL, for the second at most the
 -- grace) and where it stands (q_ahead). The message carries that instead,
@@ -282,7 +283,7 @@ end
 -- PTTL when the caller read it already (the lock does not change between
 -- finish's two wake-ups); returns the PTTL it used, if any.
 local function wake_front(owner, second, grace, other, pttl)
-    if HANDOFF and RES_NOTES and not other then
+    if RES_NOTES and not other and q_noted(owner) then
         pttl = pttl or res_blocked(owner)
         if pttl then
             redis.call(PUBCMD, CHANNEL .. ':' .. owner,

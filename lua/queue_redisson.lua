@@ -219,3 +219,13 @@ end
 local function q_grant_note(_)
     return nil
 end
+
+-- q_noted: whether owner's client takes a note ("s:<sleep ms>:<ahead>",
+-- wake_front in fair_common.lua) for a wake-up while the lock is held, in
+-- place of Redisson's "0". Java clients decode every message on a waiter's
+-- channel as a number, so only this library's clients may get one: their
+-- client ids are version-8 UUIDs (RFC 9562), "xxxxxxxx-xxxx-8xxx-...",
+-- where Redisson's are always version 4 (UUID.randomUUID) (issue 33).
+local function q_noted(owner)
+    return string.find(owner, '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-8%x%x%x%-') ~= nil
+end

@@ -452,18 +452,48 @@ func (l *Lock) finish(server int64, caller, head0, second0 string, freed bool, g
 }
 
 // wakeFront wakes owner, the head or (second) the waiter behind it. On the
-// scalable engine (Handoff), a waiter woken while the lock is held is sent
-// the reply its attempt would get instead, SleepMessage: how long to sleep
-// (the lock's PTTL, for the second at most the grace) and its place (the
-// join-sequence Ahead); its client re-arms its timer without a script.
+// scalable engine (Handoff), and on the Redisson engine for an owner of this
+// library's clients (TakesNotes), a waiter woken while the lock is held is
+// sent the reply its attempt would get instead, SleepMessage: how long to
+// sleep (the lock's PTTL, for the second at most the grace) and its place
+// (the join-sequence Ahead); its client re-arms its timer without a script.
 func (l *Lock) wakeFront(server int64, owner string, second bool, graceMs int64) {
 	pttl := l.PTTL(server)
-	if !l.Handoff || pttl == NoLock {
+	if !(l.Handoff || TakesNotes(owner)) || pttl == NoLock {
 		l.publish(l.names.WaiterChannel(owner))
 		return
 	}
-	_, ahead := l.Ahead(owner)
-	l.Published = append(l.Published, Message{Channel: l.names.WaiterChannel(owner), Payload: SleepMessage(sleepHeld(pttl, graceMs, second), ahead)})
+	l.Published = append(l.Published, Message{Channel: l.names.WaiterChannel(owner), Payload: SleepMessage(sleepHeld(pttl, graceMs, second), l.place(owner))})
+}
+
+// place is the position a note tells owner: on the scalable engine
+// (Handoff) the join-sequence Ahead, on the Redisson engine the exact one
+// (its LPOS).
+func (l *Lock) place(owner string) int64 {
+	exact, bySeq := l.Ahead(owner)
+	if l.Handoff {
+		return bySeq
+	}
+	return exact
+}
+
+// TakesNotes reports whether owner ("<client-uuid>:<thread-id>") is one of
+// this library's clients, which understand a SleepMessage: their client
+// ids are version-8 UUIDs (RFC 9562). Redisson's are version 4
+// (UUID.randomUUID), and a Java client decodes every message on its
+// waiter channel as a number, so it only ever gets UnlockMessage.
+func TakesNotes(owner string) bool {
+	return len(owner) > 18 && isHex(owner[0:8]) && owner[8] == '-' && isHex(owner[9:13]) &&
+		owner[13] == '-' && owner[14] == '8' && isHex(owner[15:18]) && owner[18] == '-'
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // sleepHeld is a queued waiter's sleep while the lock is held (pttl: its
@@ -525,8 +555,11 @@ func CheckSleepMessage(after *Lock, server int64, owner, payload string, graceMs
 	case owner == second && graceMs > 0 && (sleep < 0 || sleep > graceMs):
 		return fmt.Errorf("sleep message %q to %s, behind the head: beyond the grace %d", payload, owner, graceMs)
 	}
-	if _, want := after.Ahead(owner); ahead != want {
-		return fmt.Errorf("sleep message %q to %s: ahead %d, its join sequence says %d", payload, owner, ahead, want)
+	if !after.Handoff && !TakesNotes(owner) {
+		return fmt.Errorf("sleep message %q to %s on the Redisson engine: a Java client reads only %q there", payload, owner, UnlockMessage)
+	}
+	if want := after.place(owner); ahead != want {
+		return fmt.Errorf("sleep message %q to %s: ahead %d, its place in the queue says %d", payload, owner, ahead, want)
 	}
 	return nil
 }

@@ -401,7 +401,7 @@ func TestCheckSleepMessage(t *testing.T) {
 		{"a:1", SleepMessage(8_001, 0), "past the lock's expiry", grace},
 		{"a:1", SleepMessage(-1, 0), "negative sleep", grace},
 		{"c:1", SleepMessage(1_000, 3), "not at the front", grace},
-		{"a:1", SleepMessage(1_000, 1), "join sequence says 0", grace},
+		{"a:1", SleepMessage(1_000, 1), "place in the queue says 0", grace},
 		{"a:1", "s:1000", "malformed", grace},
 	} {
 		assert.ErrorContains(t, CheckSleepMessage(l, server, c.owner, c.payload, c.grace, 0), c.want, c.payload)
@@ -413,4 +413,34 @@ func TestCheckSleepMessage(t *testing.T) {
 	forever.LeaseEnd = NoExpiry
 	require.NoError(t, CheckSleepMessage(forever, server, "a:1", SleepMessage(NoExpiry, 0), grace, 0))
 	assert.ErrorContains(t, CheckSleepMessage(forever, server, "b:1", SleepMessage(NoExpiry, 1), grace, 0), "beyond the grace")
+	// The Redisson engine: notes only to this library's clients (version-8
+	// UUIDs), and the place is the exact one (LPOS), not the join sequence's.
+	const goA, goC = "0000000a-0000-8000-8000-00000000000a:1", "0000000c-0000-8abc-8000-00000000000c:9"
+	r := New("lk")
+	r.Holds["h:1"] = 1
+	r.LeaseEnd = server + 8_000
+	r.Queue = []string{goA, "java:1", goC}
+	r.Seqs = map[string]int64{goA: 4, "java:1": 5, goC: 7}
+	require.NoError(t, CheckSleepMessage(r, server, goA, SleepMessage(8_000, 0), grace, 0))
+	r.Queue = []string{"java:1", goC}
+	require.NoError(t, CheckSleepMessage(r, server, goC, SleepMessage(2_000, 1), grace, 0))
+	assert.ErrorContains(t, CheckSleepMessage(r, server, goC, SleepMessage(2_000, 2), grace, 0), "place in the queue says 1")
+	assert.ErrorContains(t, CheckSleepMessage(r, server, "java:1", SleepMessage(8_000, 0), grace, 0), "a Java client reads only")
+}
+
+// TakesNotes tells this library's owner ids (version-8 UUID client ids)
+// from Redisson's (version 4) and from anything else.
+func TestTakesNotes(t *testing.T) {
+	for owner, want := range map[string]bool{
+		"0b9a8c7d-1e2f-8a3b-8c5d-6e7f8a9b0c1d:1": true,
+		"0B9A8C7D-1E2F-8A3B-8C5D-6E7F8A9B0C1D:7": true,
+		"0b9a8c7d-1e2f-4a3b-8c5d-6e7f8a9b0c1d:1": false, // Redisson's UUID.randomUUID
+		"0b9a8c7d-1e2f-8a3b":                     false,
+		"0b9a8c7d-1e2g-8a3b-8c5d-6e7f8a9b0c1d:1": false,
+		"0b9a8c7d11e2f-8a3b-8c5d-6e7f8a9b0c1d:1": false,
+		"cA:1":                                   false,
+		"":                                       false,
+	} {
+		assert.Equal(t, want, TakesNotes(owner), owner)
+	}
 }

@@ -41,6 +41,12 @@ var brokenVariants = []brokenVariant{
 		new: "for _, w in ipairs(redis.call('lrange', queue, 0, -1)) do redis.call(PUBCMD, CHANNEL .. ':' .. w, MESSAGE) end",
 	},
 	{
+		// issue 33: a Java client decodes every message on its channel as a number
+		name: "notes to Java clients' waiters too", machine: fairMachine, file: wire.FileFairTryLockWait,
+		old: "return string.find(owner, '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-8%x%x%x%-') ~= nil",
+		new: "return true",
+	},
+	{
 		name: "pruned head left in the queue", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "local head = redis.call('lpop', queue)",
 		new: "local head = redis.call('lindex', queue, 0)",

@@ -452,6 +452,7 @@ func (h *scHarness) end(t *rapid.T, what string) {
 	f, ferr := dump(h.ctx, h.rdb, h.f.Names(), h.server)
 	s, serr := dumpScalable(h.ctx, h.rdb, h.sk, h.server)
 	h.noErr(t, "dump", ferr, serr)
+	s.Handoff = true
 	if err := h.compare(f, s, fpub, spub, granted != ""); err != nil {
 		t.Fatalf("after %s: the engines differ: %v\nRedisson engine: %v\nscalable:        %v", what, err, f, s)
 	}
@@ -590,13 +591,17 @@ func (h *scHarness) compareModel(s *model.Lock, spub []model.Message) error {
 // sameMessage compares a message of the model with one from Redis: a sleep
 // message's sleep comes from the server's clock (within the tolerance).
 func (h *scHarness) sameMessage(want, got model.Message) bool {
+	return sameMessage(h.tol, want, got)
+}
+
+func sameMessage(tol int64, want, got model.Message) bool {
 	if want.Channel != got.Channel {
 		return false
 	}
 	ws, wa, wok := model.ParseSleepMessage(want.Payload)
 	gs, ga, gok := model.ParseSleepMessage(got.Payload)
 	if wok && gok {
-		return wa == ga && h.within(ws, gs)
+		return wa == ga && scWithin(tol, ws, gs)
 	}
 	return want.Payload == got.Payload
 }

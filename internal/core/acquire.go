@@ -143,7 +143,7 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 					}
 					// not ours, or too late to vouch for: the script decides
 				}
-				if p, ok := w.Note(); ok && q.handoff {
+				if p, ok := w.Note(); ok {
 					if n, ok := wire.ParseNote(p); ok {
 						// The reply an attempt would get, without the
 						// attempt: sleep no later than it says.

@@ -486,7 +486,10 @@ func resendAfter(rdb redis.UniversalClient) time.Duration {
 func newUUID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40 // version 4
+	// Version 8 (RFC 9562), never Redisson's 4: the Redisson engine's
+	// scripts send this library's waiters notes, not plain wake-ups
+	// (q_noted in lua/queue_redisson.lua).
+	b[6] = b[6]&0x0f | 0x80
 	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
 	h := fmt.Sprintf("%x", b[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
