@@ -270,6 +270,12 @@ local function sleep_held(pttl, grace, second)
     return pttl
 end
 
+-- note sends owner the reply its attempt would get: how long to sleep and
+-- where it stands (wake_front).
+local function note(owner, sleep)
+    redis.call(PUBCMD, CHANNEL .. ':' .. owner, 's:' .. int_str(sleep) .. ':' .. int_str(q_ahead(owner)))
+end
+
 -- wake_front wakes owner, the head or (second) the waiter behind it, in
 -- finish. On the scalable engine's lock, and on the Redisson engine's for a
 -- waiter of this library's clients (RES_NOTES, q_noted; not for the other
@@ -279,16 +285,27 @@ end
 -- grace) and where it stands (q_ahead). The message carries that instead,
 -- "s:<sleep ms>:<ahead>", and the waiter's client re-arms its timer with
 -- it (never later than it was set) without a script (issue 23: the failed
--- attempts of the new head and second after a handoff). pttl: the lock's
+-- attempts of the new head and second after a handoff; issue 33: and the
+-- second's after a release, told how long the head's grace has left, by
+-- then the lock is free). pttl: the lock's
 -- PTTL when the caller read it already (the lock does not change between
 -- finish's two wake-ups); returns the PTTL it used, if any.
 local function wake_front(owner, second, grace, other, pttl)
     if RES_NOTES and not other and q_noted(owner) then
         pttl = pttl or res_blocked(owner)
         if pttl then
-            redis.call(PUBCMD, CHANNEL .. ':' .. owner,
-                's:' .. int_str(sleep_held(pttl, grace, second)) .. ':' .. int_str(q_ahead(owner)))
+            note(owner, sleep_held(pttl, grace, second))
             return pttl
+        end
+        -- The lock is free: the head must act, but the waiter behind it
+        -- would only be told to sleep until the head's grace ends (reply;
+        -- finish keeps no grace but the head's), and the note says that.
+        if second and RES_FREE_NOTES and grace > 0 then
+            local graced, left = grace_read()
+            if graced and left > 0 then
+                note(owner, left)
+                return nil
+            end
         end
     end
     wake(owner)

@@ -24,9 +24,11 @@
 local LOCK
 
 -- RES_NOTES: a waiter woken while the lock is held is sent its sleep
--- instead of a wake-up, on an engine that hands off (fair_common.lua's
--- wake_front; the semaphore's resource says false).
+-- instead of a wake-up (fair_common.lua's wake_front; to this library's
+-- waiters only, q_noted). RES_FREE_NOTES: so is the waiter behind the head
+-- when the lock is free and the head's grace runs (issue 33).
 local RES_NOTES = true
+local RES_FREE_NOTES = true
 
 local function res_init(lock)
     LOCK = lock

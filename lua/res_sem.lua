@@ -39,6 +39,9 @@ local HOLDERS, LEASES, PERMITS, QUEUE, WANTS, GRACE_KEY
 -- its attempt would change nothing (issue 33: after a grant, the new head
 -- and the waiter behind it, woken because they moved up, each ran one).
 local RES_NOTES = true
+-- RES_FREE_NOTES: the lock's note to the waiter behind the head of a free
+-- lock (wake_front) is not the semaphore's: its waiters there run an attempt.
+local RES_FREE_NOTES = false
 local NOW       -- the server clock, Unix ms
 local POOL      -- the pool, nil when not set
 local USED      -- permits held by holders whose lease has not ended

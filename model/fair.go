@@ -456,10 +456,21 @@ func (l *Lock) finish(server int64, caller, head0, second0 string, freed bool, g
 // library's clients (TakesNotes), a waiter woken while the lock is held is
 // sent the reply its attempt would get instead, SleepMessage: how long to
 // sleep (the lock's PTTL, for the second at most the grace) and its place
-// (the join-sequence Ahead); its client re-arms its timer without a script.
+// (place); its client re-arms its timer without a script. So is the waiter
+// behind the head of a free lock whose grace runs, told the grace left
+// (issue 33): its attempt would reply that and change nothing.
 func (l *Lock) wakeFront(server int64, owner string, second bool, graceMs int64) {
 	pttl := l.PTTL(server)
-	if !(l.Handoff || TakesNotes(owner)) || pttl == NoLock {
+	noted := l.Handoff || TakesNotes(owner)
+	if noted && pttl == NoLock && second && graceMs > 0 {
+		// The lock is free: the head must act; the waiter behind it would
+		// be told to sleep until the head's grace ends (reply).
+		if graced, left, ok := l.Grace(server); ok && graced == l.Queue[0] && left > 0 {
+			l.Published = append(l.Published, Message{Channel: l.names.WaiterChannel(owner), Payload: SleepMessage(left, l.place(owner))})
+			return
+		}
+	}
+	if !noted || pttl == NoLock {
 		l.publish(l.names.WaiterChannel(owner))
 		return
 	}
@@ -543,7 +554,14 @@ func CheckSleepMessage(after *Lock, server int64, owner, payload string, graceMs
 	}
 	pttl := after.PTTL(server)
 	head, second := front(after.Queue)
+	graced, left, graceOK := after.Grace(server)
 	switch {
+	case pttl == NoLock && owner == second && graceMs > 0 && graceOK && graced == head:
+		// The waiter behind the head of a free lock: until the head's grace
+		// ends, when it must act (prune the head if it has not taken it).
+		if sleep < 0 || sleep > left+slack {
+			return fmt.Errorf("sleep message %q to %s behind the head of a free lock: past the head's grace (%d ms left)", payload, owner, left)
+		}
 	case pttl == NoLock:
 		return fmt.Errorf("sleep message %q to %s while the lock is free", payload, owner)
 	case owner != head && owner != second:

@@ -444,3 +444,22 @@ func TestTakesNotes(t *testing.T) {
 		assert.Equal(t, want, TakesNotes(owner), owner)
 	}
 }
+
+// A note to the waiter behind the head of a free lock whose grace runs
+// (issue 33): until the grace ends, never later; to nobody else.
+func TestCheckSleepMessageFreeLock(t *testing.T) {
+	const server, grace = int64(1_000), int64(2_000)
+	l := New("lk")
+	l.Handoff = true
+	l.Queue = []string{"a:1", "b:1", "c:1"}
+	l.Seqs = map[string]int64{"a:1": 1, "b:1": 2, "c:1": 3}
+	l.GraceOwner, l.GraceEnd = "a:1", server+1_500+GraceMargin
+	require.NoError(t, CheckSleepMessage(l, server, "b:1", SleepMessage(1_500, 1), grace, 0))
+	require.NoError(t, CheckSleepMessage(l, server, "b:1", SleepMessage(900, 1), grace, 0))
+	assert.ErrorContains(t, CheckSleepMessage(l, server, "b:1", SleepMessage(1_501, 1), grace, 0), "past the head's grace")
+	assert.ErrorContains(t, CheckSleepMessage(l, server, "a:1", SleepMessage(1_500, 0), grace, 0), "while the lock is free")
+	assert.ErrorContains(t, CheckSleepMessage(l, server, "b:1", SleepMessage(1_500, 1), 0, 0), "while the lock is free")
+	nograce := l.Clone()
+	nograce.GraceOwner, nograce.GraceEnd = "", 0
+	assert.ErrorContains(t, CheckSleepMessage(nograce, server, "b:1", SleepMessage(1_500, 1), grace, 0), "while the lock is free")
+}

@@ -47,6 +47,13 @@ var brokenVariants = []brokenVariant{
 		new: "return true",
 	},
 	{
+		// issue 33: the waiter behind the head of a free lock is told to
+		// sleep past the head's grace, when it must prune a dead head
+		name: "a free lock's note lets the second sleep past the head's grace", machine: fairMachine, file: wire.FileFairUnlock,
+		old: "note(owner, left)",
+		new: "note(owner, left + grace)",
+	},
+	{
 		name: "pruned head left in the queue", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "local head = redis.call('lpop', queue)",
 		new: "local head = redis.call('lindex', queue, 0)",

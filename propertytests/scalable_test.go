@@ -840,7 +840,7 @@ var scalableBroken = []struct{ name, file, old, new string }{
 		"                redis.call('pexpire', lock, lease)\n", ""},
 	// Wake-ups that carry their reply (issue 23).
 	{"a sleep note lets the waiter behind the head sleep past the grace", "fair_common.lua",
-		"'s:' .. int_str(sleep_held(pttl, grace, second)) .. ':'", "'s:' .. int_str(pttl) .. ':'"},
+		"note(owner, sleep_held(pttl, grace, second))", "note(owner, pttl)"},
 	{"a sleep note says every waiter is the head", "fair_common.lua",
 		"':' .. int_str(q_ahead(owner)))", "':0')"},
 	{"fast path: a free lock is taken while a queue exists", "fair_fast_take.lua",
