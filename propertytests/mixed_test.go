@@ -193,7 +193,7 @@ func goUnlockKeepsWaiterPlace(t *testing.T, b *redistest.Backend, java bool) {
 	}
 	javaHandle := func(rdb *redis.Client, label string) *waiter {
 		c := newRClient(rdb, h, 0)
-		t.Cleanup(c.Close)
+		closeChecked(t, c)
 		l := c.Lock(name)
 		return &waiter{label: label, owner: l.owner,
 			lock: func(ctx context.Context) error { return l.Lock(ctx, 0) }, unlock: l.Unlock}
@@ -334,7 +334,7 @@ func TestMixedWorkload(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = c.Close() })
 		rc := newRClient(recordedClient(t, b, h), h, watchdog)
-		t.Cleanup(rc.Close)
+		closeChecked(t, rc)
 		for j := range perKind {
 			m, err := fair.New(c, name)
 			if err != nil {

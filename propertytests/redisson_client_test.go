@@ -8,6 +8,8 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -181,6 +183,23 @@ type rClient struct {
 	stop    chan struct{}
 	done    chan struct{}
 	bg      sync.WaitGroup // fire-and-forget latch deletions
+
+	// foreign counts the messages other than "0" its waiters received:
+	// Java's Redisson decodes every message on a waiter channel as a
+	// number, so a Go peer must never send one there (issue 33's notes go
+	// to version-8 client ids only; this client's is version 4).
+	foreign atomic.Int64
+}
+
+// closeChecked closes c when t ends and fails t if any of c's waiters was
+// sent a message a Java client could not read.
+func closeChecked(t testing.TB, c *rClient) {
+	t.Cleanup(func() {
+		c.Close()
+		if n := c.foreign.Load(); n > 0 {
+			t.Errorf("the Redisson-rule client %s was sent %d messages other than %q on its waiter channels", c.id, n, wire.UnlockMessage)
+		}
+	})
 }
 
 // rRenewal is the watchdog's entry for one lock name: one thread id per
@@ -402,11 +421,13 @@ func (l *rLock) subscribe(ctx context.Context) (*sub, error) {
 				if !ok {
 					return
 				}
-				if m.Payload == wire.UnlockMessage {
-					select {
-					case s.sem <- struct{}{}:
-					default:
-					}
+				if m.Payload != wire.UnlockMessage {
+					l.c.foreign.Add(1)
+					continue
+				}
+				select {
+				case s.sem <- struct{}{}:
+				default:
 				}
 			case <-s.quit:
 				return
