@@ -45,11 +45,12 @@ type conn struct {
 	moving map[string]bool     // to re-home: refused with MOVED (true), dropped by the server (false)
 	unsent map[string]unsub    // our own SUNSUBSCRIBEs whose reply is not read yet
 
-	seq       uint64    // last PING sequence number given out
-	written   uint64    // last PING written
-	acked     uint64    // last PING answered
-	waitSince time.Time // an answer has been owed since (zero: none)
-	lastRead  time.Time
+	seq        uint64    // last PING sequence number given out
+	pingWanted bool      // a waiter attached (Attach): write a PING
+	written    uint64    // last PING written
+	acked      uint64    // last PING answered
+	waitSince  time.Time // an answer has been owed since (zero: none)
+	lastRead   time.Time
 
 	lastReload time.Time // manager only
 }
@@ -153,7 +154,7 @@ func (h *Hub) manage(c *conn) {
 			wait = c.lastRead.Add(h.ping).Sub(now)
 			ping = wait <= 0 // silent for pingEvery
 		}
-		if b := h.collectLocked(c, ping); b != nil {
+		if b := h.collectLocked(c, ping || c.pingWanted); b != nil {
 			h.mu.Unlock()
 			h.write(c, b)
 			continue
@@ -253,6 +254,7 @@ func (h *Hub) collectLocked(c *conn, ping bool) *batch {
 		return nil
 	}
 	c.seq++
+	c.pingWanted = false
 	b := &batch{ps: c.ps, ctx: c.genCtx, gen: c.gen, seq: c.seq}
 	for ch := range c.drop {
 		b.unsubs = append(b.unsubs, ch)

@@ -71,7 +71,11 @@ type Waiter struct {
 	// note is the last sleep message ("s:...", Note) when the pending
 	// wake-up on c came from sleep messages only; any other wake-up clears
 	// it, so that it is never taken for one that asks for an attempt.
-	note        string
+	note string
+	// fence: the PING (conn.seq) whose answer the waiter's notes wait for
+	// (Attach); 0: none. A note read before that answer may have been
+	// published before the waiter attached, for its owner's previous wait.
+	fence       uint64
 	closed      bool
 	subscribing bool // its Subscribe is still waiting for the confirmation
 }
@@ -221,7 +225,13 @@ func (h *Hub) Attach(channel string) *Waiter {
 	if len(e.waiters) == 0 {
 		e.idle++
 	}
-	w := &Waiter{hub: h, channel: channel, c: make(chan struct{}, 1)}
+	// Messages published before Attach may still be on their way (a
+	// note for the owner's previous wait, whose place is stale): the
+	// waiter takes notes only after the answer to a PING written after
+	// Attach, which comes after every message published before it.
+	w := &Waiter{hub: h, channel: channel, c: make(chan struct{}, 1), fence: e.c.seq + 1}
+	e.c.pingWanted = true
+	e.c.wake()
 	e.waiters = append(e.waiters, w)
 	return w
 }
@@ -324,6 +334,9 @@ func wakeOne(e *entry) {
 // wake-up that asks for an attempt is pending already.
 func noteAll(e *entry, payload string) {
 	for _, w := range e.waiters {
+		if w.fence > e.c.acked {
+			continue // maybe published before it attached (Attach)
+		}
 		select {
 		case w.c <- struct{}{}:
 			w.note = payload

@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock/internal/faultproxy"
 	"github.com/fairlock-go/fairlock/internal/pubsub"
 	"github.com/fairlock-go/fairlock/internal/redistest"
 )
@@ -79,5 +82,58 @@ func TestNoLingerByDefault(t *testing.T) {
 	w.Close()
 	if h.Has(ch) || h.Attach(ch) != nil {
 		t.Fatal("the channel is kept without Linger")
+	}
+}
+
+// A waiter attached to a lingering channel never takes a note that was
+// published before it attached (issue 33; the fault suite's position
+// check caught one): the note was meant for its owner's previous wait,
+// and its place is stale. Here the note is held back on the way to the
+// hub (StallReplies) until after Attach; a note published after Attach
+// still arrives.
+func TestAttachSkipsNotesPublishedBefore(t *testing.T) {
+	b := redistest.Real(t)
+	p := faultproxy.Start(t, b.Addr)
+	sub := redis.NewClient(&redis.Options{Addr: p.Addr})
+	t.Cleanup(func() { _ = sub.Close() })
+	pub := b.Client(t)
+	h := pubsub.New(sub, 30*time.Second, pubsub.Linger(time.Minute))
+	defer h.Close()
+	ch := redistest.Prefix(t) + "ch"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	w, err := h.Subscribe(ctx, ch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close() // the channel lingers
+
+	undo := p.StallReplies()
+	if err := pub.Publish(ctx, ch, "s:5000:3").Err(); err != nil {
+		t.Fatal(err)
+	}
+	w = h.Attach(ch)
+	if w == nil {
+		t.Fatal("the channel did not linger")
+	}
+	defer w.Close()
+	time.Sleep(100 * time.Millisecond) // the Attach's own traffic, if any, is written
+	undo()
+	select {
+	case <-w.C():
+		n, _ := w.Note()
+		t.Fatalf("the waiter took a message published before it attached (note %q)", n)
+	case <-time.After(time.Second):
+	}
+	if err := pub.Publish(ctx, ch, "s:4000:1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.C():
+		if n, ok := w.Note(); !ok || n != "s:4000:1" {
+			t.Fatalf("note %q (%v), want s:4000:1", n, ok)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a note published after Attach did not arrive")
 	}
 }
