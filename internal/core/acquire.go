@@ -91,7 +91,7 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	// joined before the first attempt: every release after that attempt
 	// reaches this waiter, so it waits on the attempt's reply at once,
 	// with no subscription round and no re-check.
-	w := m.S.Hub.Attach(m.E.WakeChannel(m.Owner))
+	w := m.S.Hub.Attach(m.E.WakeChannel(m.Owner), m.Queue) // a fair waiter's channel carries notes
 	defer func() {
 		if w != nil {
 			w.Close()

@@ -211,8 +211,10 @@ func (h *Hub) Subscribe(ctx context.Context, channel string) (*Waiter, error) {
 // subscription is confirmed again, as Subscribe's are. Otherwise (no
 // subscription, or one not confirmed) it returns nil and changes nothing:
 // use Subscribe. A caller that attaches before it checks its lock need not
-// check again before it waits.
-func (h *Hub) Attach(channel string) *Waiter {
+// check again before it waits. notes: the channel carries notes ("s:",
+// Note; a fair lock's waiter channel): the waiter takes them only once a
+// PING written after Attach is answered, so never one published before.
+func (h *Hub) Attach(channel string, notes bool) *Waiter {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := h.chans[channel]
@@ -225,13 +227,16 @@ func (h *Hub) Attach(channel string) *Waiter {
 	if len(e.waiters) == 0 {
 		e.idle++
 	}
-	// Messages published before Attach may still be on their way (a
-	// note for the owner's previous wait, whose place is stale): the
-	// waiter takes notes only after the answer to a PING written after
-	// Attach, which comes after every message published before it.
-	w := &Waiter{hub: h, channel: channel, c: make(chan struct{}, 1), fence: e.c.seq + 1}
-	e.c.pingWanted = true
-	e.c.wake()
+	w := &Waiter{hub: h, channel: channel, c: make(chan struct{}, 1)}
+	if notes {
+		// Messages published before Attach may still be on their way (a
+		// note for the owner's previous wait, whose place is stale): the
+		// waiter takes notes only after the answer to a PING written
+		// after Attach, which comes after every message published before.
+		w.fence = e.c.seq + 1
+		e.c.pingWanted = true
+		e.c.wake()
+	}
 	e.waiters = append(e.waiters, w)
 	return w
 }

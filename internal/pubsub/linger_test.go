@@ -26,7 +26,7 @@ func TestLingerKeepsAndThenDropsTheSubscription(t *testing.T) {
 	ch := redistest.Prefix(t) + "ch"
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if w := h.Attach(ch); w != nil {
+	if w := h.Attach(ch, false); w != nil {
 		t.Fatal("Attach to a channel the hub does not hold returned a waiter")
 	}
 	w, err := h.Subscribe(ctx, ch)
@@ -37,7 +37,7 @@ func TestLingerKeepsAndThenDropsTheSubscription(t *testing.T) {
 	numsub := func() int64 { return rdb.PubSubNumSub(ctx, ch).Val()[ch] }
 	for i := 0; i < 3; i++ { // each use restarts the idle time
 		time.Sleep(linger / 2)
-		w = h.Attach(ch)
+		w = h.Attach(ch, false)
 		if w == nil {
 			t.Fatalf("round %d: the channel did not linger", i)
 		}
@@ -61,7 +61,7 @@ func TestLingerKeepsAndThenDropsTheSubscription(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if w := h.Attach(ch); w != nil {
+	if w := h.Attach(ch, false); w != nil {
 		t.Fatal("Attach after the linger ran out returned a waiter")
 	}
 }
@@ -80,7 +80,7 @@ func TestNoLingerByDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	if h.Has(ch) || h.Attach(ch) != nil {
+	if h.Has(ch) || h.Attach(ch, false) != nil {
 		t.Fatal("the channel is kept without Linger")
 	}
 }
@@ -112,7 +112,7 @@ func TestAttachSkipsNotesPublishedBefore(t *testing.T) {
 	if err := pub.Publish(ctx, ch, "s:5000:3").Err(); err != nil {
 		t.Fatal(err)
 	}
-	w = h.Attach(ch)
+	w = h.Attach(ch, true)
 	if w == nil {
 		t.Fatal("the channel did not linger")
 	}
