@@ -466,7 +466,7 @@ func (l *Lock) wakeFront(server int64, owner string, second bool, graceMs int64)
 		// The lock is free: the head must act; the waiter behind it would
 		// be told to sleep until the head's grace ends (reply).
 		if graced, left, ok := l.Grace(server); ok && graced == l.Queue[0] && left > 0 {
-			l.Published = append(l.Published, Message{Channel: l.names.WaiterChannel(owner), Payload: SleepMessage(left, l.place(owner))})
+			l.note(owner, left)
 			return
 		}
 	}
@@ -474,7 +474,12 @@ func (l *Lock) wakeFront(server int64, owner string, second bool, graceMs int64)
 		l.publish(l.names.WaiterChannel(owner))
 		return
 	}
-	l.Published = append(l.Published, Message{Channel: l.names.WaiterChannel(owner), Payload: SleepMessage(sleepHeld(pttl, graceMs, second), l.place(owner))})
+	l.note(owner, sleepHeld(pttl, graceMs, second))
+}
+
+// note sends owner the reply its attempt would get: sleep and its place.
+func (l *Lock) note(owner string, sleepMs int64) {
+	l.Published = append(l.Published, Message{Channel: l.names.WaiterChannel(owner), Payload: SleepMessage(sleepMs, l.place(owner))})
 }
 
 // place is the position a note tells owner: on the scalable engine
