@@ -191,8 +191,9 @@ func (e engine) ForceUnlock(ctx context.Context, a wire.Args) (bool, error) {
 
 func (e engine) WakeChannel(owner string) string { return e.k.WaiterChannel(owner) }
 
-// Handoff: the scalable engine's release grants the lock to the live head
-// directly (core.HandingOff).
+// Handoff: a release may grant the lock to the live head directly (both
+// engines; on the Redisson engine only to a head of this library's clients:
+// issue 33).
 func (e engine) Handoff() bool { return e.set.Handoff() }
 
 // Queued says that the fair lock's acquisitions join the queue (core).

@@ -295,14 +295,10 @@ func TestNoBusyPollingBehindFreeLock(t *testing.T) {
 		err := <-res
 		assert.True(t, errors.Is(err, context.Canceled), "%v", err)
 		e.waitQueued(t, rdb, name, 1) // the give-up runs in the background
-		// enqueue, one re-check after subscribing, and the give-up (on
-		// the scalable engine two scripts: abandon, since a grant may be
-		// in flight, then leaving the queue)
-		most := int64(4)
-		if e.name == lockstate.Scalable {
-			most = 5
-		}
-		assert.LessOrEqual(t, evals.Load(), most, "script calls while waiting behind a free lock")
+		// enqueue, one re-check after subscribing, and the give-up (two
+		// scripts: abandon, since a grant may be in flight, then leaving
+		// the queue)
+		assert.LessOrEqual(t, evals.Load(), int64(5), "script calls while waiting behind a free lock")
 		order, _ := e.queue(t, rdb, name)
 		assert.Equal(t, []string{"slow-head:1"}, order)
 	})
@@ -449,9 +445,10 @@ func recordMessages(t testing.TB, rdb *redis.Client, name string) func() []strin
 // channel (reentrant waiters of the same name); a take wakes the new head and
 // the new second. Nobody further back is ever woken. A waiter woken while
 // the lock is held (after a take), or the second when the lock is freed,
-// gets a note, the reply its attempt would get, on both engines: this
+// gets a note, the reply its attempt would get, and a release grants the
+// free lock to the head directly (a grant message), on both engines: this
 // library's clients' ids are version-8 UUIDs (issue 33; Java's, version 4,
-// get Redisson's "0": the property tests).
+// get Redisson's "0" and take the lock themselves: the property tests).
 func TestWakeUpsReachOnlyTheFrontOfTheQueue(t *testing.T) {
 	eachEngine(t, func(t *testing.T, b *redistest.Backend, e engineCase) {
 		ctx := testCtx(t)
@@ -484,14 +481,11 @@ func TestWakeUpsReachOnlyTheFrontOfTheQueue(t *testing.T) {
 		// a wake-up that carries its reply, with the waiter's place (its
 		// sleep, a PTTL, left out)
 		note := func(w string, ahead int) string { return strings.TrimSuffix(w, "=0") + "=s:" + strconv.Itoa(ahead) }
-		want := []string{plain, w0, note(w1, 1), note(w1, 0), note(w2, 1)} // release: plain, head, second; take: new head, new second
-		if e.name == lockstate.Scalable {
-			// The release grants the lock to the head (its grant message)
-			// and wakes the new first two once (they moved up), with the
-			// reply their attempt would get, since the lock is held; nobody
-			// runs a script.
-			want = []string{plain, grant(w0), note(w1, 0), note(w2, 1)}
-		}
+		// The release grants the lock to the head (its grant message) and
+		// wakes the new first two once (they moved up), with the reply
+		// their attempt would get, since the lock is held; nobody runs a
+		// script.
+		want := []string{plain, grant(w0), note(w1, 0), note(w2, 1)}
 		raw := messages
 		messages = func() []string {
 			out := raw()
@@ -513,17 +507,10 @@ func TestWakeUpsReachOnlyTheFrontOfTheQueue(t *testing.T) {
 		require.NoError(t, ms[1].Unlock(ctx))
 		require.NoError(t, <-res)
 		require.NoError(t, ms[2].Unlock(ctx))
-		if e.name == lockstate.Scalable {
-			want = append(want,
-				plain, grant(w1), note(w2, 0), // m0 releases, granting m1: m2 is the new head
-				plain, grant(w2), // m1 releases, granting m2
-				plain) // m2 releases: nobody is queued
-		} else {
-			want = append(want,
-				plain, w1, note(w2, 1), note(w2, 0), // m0 releases; m1 takes: m2 is the new head
-				plain, w2, // m1 releases
-				plain) // m2 releases: nobody is queued
-		}
+		want = append(want,
+			plain, grant(w1), note(w2, 0), // m0 releases, granting m1: m2 is the new head
+			plain, grant(w2), // m1 releases, granting m2
+			plain) // m2 releases: nobody is queued
 		require.Eventually(t, func() bool { return len(messages()) >= len(want) }, 10*time.Second, time.Millisecond)
 		assert.Equal(t, want, messages())
 	})

@@ -252,7 +252,7 @@ local function join(owner, wait, now, note)
     if tail and tail ~= owner and deadline then
         ttl = deadline - now
     end
-    q_append(owner, ttl + wait + now, tail, deadline, note)
+    q_append(owner, ttl + wait + now, tail, deadline, note, ttl + wait)
 end
 
 local function wake(owner)
@@ -312,8 +312,8 @@ local function wake_front(owner, second, grace, other, pttl)
     return pttl
 end
 
--- Direct handoff (issue 23; the scalable engine only: on the Redisson
--- engine q_grant_note never has a note). A release that leaves the lock
+-- Direct handoff (issue 23; on the Redisson engine q_grant_note has a note
+-- only for a head of this library's clients, issue 33). A release that leaves the lock
 -- free grants it to the live head (after prune) itself: what the head's own
 -- take would do (leave the queue, every remaining deadline lower by its
 -- slot; the hash owner -> 1; the fencing token INCRed; its acquisition latch

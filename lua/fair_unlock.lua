@@ -9,8 +9,8 @@
 -- KEYS[5]  unlock latch "redisson_unlock_latch:{name}:<request-id>"
 -- KEYS[6]  scalable queue "fairlock_squeue:{name}" (not in Redisson)
 -- KEYS[7]  head grace "fairlock_grace:{name}" (not in Redisson)
--- KEYS[8]  scalable engine only: fencing token "redisson_lock_token:{name}"
--- KEYS[9]  scalable engine only: acquisition latch prefix
+-- KEYS[8]  fencing token "redisson_lock_token:{name}" (the direct handoff)
+-- KEYS[9]  acquisition latch prefix (the direct handoff)
 --          "fairlock_acquire_latch:{name}" (the head's latch key, kept in
 --          its queue node, must start with it and ':')
 -- ARGV[1]  unlock message, "0"
@@ -30,9 +30,11 @@
 -- wakes reentrant waiters of the same name (not in Redisson), and wakes the
 -- head of the queue and the waiter behind it (Redisson: the head only),
 -- after giving the head its grace; when this engine has no queue, the other
--- engine's head and second are woken. The scalable engine (KEYS[8], KEYS[9]
--- given, ARGV[7] > 0) instead grants the free lock to the live head directly
--- and publishes the grant on its channel (handoff in fair_common.lua); the
+-- engine's head and second are woken. With KEYS[8] and KEYS[9] given and
+-- ARGV[7] > 0, the release instead grants the free lock to the live head
+-- directly when it can (the scalable engine's head; on the Redisson engine a
+-- head of this library's clients, queue_redisson.lua: issue 33) and
+-- publishes the grant on its channel (handoff in fair_common.lua); the
 -- new first two of the queue are then woken as after the head's own take,
 -- with the reply their attempt would get since the lock is held
 -- ("s:<sleep ms>:<ahead>", wake_front in fair_common.lua).

@@ -16,10 +16,20 @@
 -- lowers the deadlines behind the leaver by its slot; a pruned head moves
 -- nobody. Nothing else ever changes a deadline.
 --
+-- Not in Redisson (issue 33): notes "fairlock_notes:{name}", a hash owner ->
+-- the handoff note ("|lease|slot|latch ms|latch key") a waiter of this
+-- library's clients (q_noted) joined with, for a release to grant it the
+-- lock directly (fair_common.lua, handoff). Java clients neither read nor
+-- write it; their scripts may prune such a waiter without deleting its
+-- entry, so the hash expires (NOTE_MARGIN past its latest waiter's
+-- deadline) and an entry is used only for the head whose request is still
+-- open (its acquisition latch absent).
+--
 -- Every loop here runs at most once per element of a list or zset, so every
 -- script terminates whatever the keys hold.
 
-local queue, timeouts, squeue
+local queue, timeouts, squeue, notes
+local NOTE_MARGIN = 60000
 
 -- The front of the queue is cached within one script until the script
 -- writes the queue (FRONT_OK: FRONT_H, FRONT_S are the head and the waiter
@@ -30,6 +40,25 @@ local FRONT_OK, FRONT_H, FRONT_S
 -- engine's queue hash (only ever checked, never written).
 local function q_init(list, zset, sq)
     queue, timeouts, squeue = list, zset, sq
+    notes = 'fairlock_notes' .. string.sub(list, #'redisson_lock_queue' + 1)
+end
+
+-- q_noted: whether owner's client takes a note ("s:<sleep ms>:<ahead>",
+-- wake_front in fair_common.lua) for a wake-up while the lock is held, in
+-- place of Redisson's "0", and a grant (handoff). Java clients decode every
+-- message on a waiter's channel as a number, so only this library's clients
+-- may get one: their client ids are version-8 UUIDs (RFC 9562),
+-- "xxxxxxxx-xxxx-8xxx-...", where Redisson's are always version 4
+-- (UUID.randomUUID) (issue 33).
+local function q_noted(owner)
+    return string.find(owner, '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-8%x%x%x%-') ~= nil
+end
+
+-- q_drop_note: owner left the queue; its handoff note goes.
+local function q_drop_note(owner)
+    if q_noted(owner) then
+        redis.call('hdel', notes, owner)
+    end
 end
 
 
@@ -123,6 +152,7 @@ local function q_pop_head()
     local head = redis.call('lpop', queue)
     if head then
         redis.call('zrem', timeouts, head)
+        q_drop_note(head)
     end
 end
 
@@ -172,6 +202,7 @@ local function q_take(owner, wait)
     FRONT_OK = false
     redis.call('zrem', timeouts, owner)
     redis.call('lpop', queue)
+    q_drop_note(owner)
     q_shift(wait, nil)
 end
 
@@ -197,35 +228,57 @@ local function q_remove(owner, wait)
     end
     redis.call('zrem', timeouts, owner)
     redis.call('lrem', queue, 0, owner)
+    q_drop_note(owner)
 end
 
 -- q_append: owner joins at the tail with an absolute deadline (tail, its
--- deadline: from q_tail, unused here).
-local function q_append(owner, deadline, _, _)
+-- deadline: from q_tail, unused here). note: its handoff note (q_note) or
+-- nil; rel: its deadline less the caller's now.
+local function q_append(owner, deadline, _, _, note, rel)
     FRONT_OK = false
     if redis.call('zadd', timeouts, deadline, owner) == 1 then
         redis.call('rpush', queue, owner)
     end
+    if not q_noted(owner) then
+        return
+    end
+    if not note then
+        redis.call('hdel', notes, owner)
+        return
+    end
+    redis.call('hset', notes, owner, note)
+    local keep = math.max(rel, 0) + NOTE_MARGIN
+    local pttl = redis.call('pttl', notes)
+    if pttl < keep then
+        redis.call('pexpire', notes, keep)
+    end
 end
 
--- Direct handoff is the scalable engine's (queue_scalable.lua): this
--- engine keeps Redisson's wire format, its waiters take the lock themselves.
-local HANDOFF = false
+-- Direct handoff (issue 23; on this engine only to this library's waiters,
+-- issue 33: a Java waiter is woken and takes the lock itself, as in
+-- Redisson). q_note is the note a lock waiter joins with; q_grant_note
+-- (owner) reads it back: lease, slot, latch lifetime (numbers) and latch
+-- key, or nil when owner joined without one.
+local HANDOFF = true
 
-local function q_note(_, _, _, _)
+local function q_note(lease, slot, latch_ms, latch)
+    if tonumber(latch_ms) > 0 then
+        return '|' .. int_str(lease) .. '|' .. int_str(slot) .. '|' .. int_str(latch_ms) .. '|' .. latch
+    end
     return nil
 end
 
-local function q_grant_note(_)
-    return nil
-end
-
--- q_noted: whether owner's client takes a note ("s:<sleep ms>:<ahead>",
--- wake_front in fair_common.lua) for a wake-up while the lock is held, in
--- place of Redisson's "0". Java clients decode every message on a waiter's
--- channel as a number, so only this library's clients may get one: their
--- client ids are version-8 UUIDs (RFC 9562), "xxxxxxxx-xxxx-8xxx-...",
--- where Redisson's are always version 4 (UUID.randomUUID) (issue 33).
-local function q_noted(owner)
-    return string.find(owner, '^%x%x%x%x%x%x%x%x%-%x%x%x%x%-8%x%x%x%-') ~= nil
+local function q_grant_note(owner)
+    if not q_noted(owner) then
+        return nil
+    end
+    local v = redis.call('hget', notes, owner)
+    if type(v) ~= 'string' then
+        return nil
+    end
+    local lease, slot, latch_ms, latch = string.match(v, '^|(%d+)|(%d+)|(%d+)|(.+)$')
+    if not lease then
+        return nil
+    end
+    return tonumber(lease), tonumber(slot), tonumber(latch_ms), latch
 end

@@ -75,11 +75,12 @@ import (
 // sleep: never past the next event that can change its place or free the
 // lock (see FairTryLockWait).
 //
-// Direct handoff (the scalable engine only: Lock.Handoff; issue 23). Its
-// release grants the free lock to the live head itself, doing what the
-// head's take would, and publishes the grant on the head's channel instead
-// of a wake-up (see handoff). The Redisson-compatible engine never does: its
-// release followed by the head's take reaches the same state.
+// Direct handoff (the scalable engine, Lock.Handoff, issue 23; on the
+// Redisson-compatible engine only to a head of this library's clients,
+// TakesNotes, issue 33). A release grants the free lock to the live head
+// itself, doing what the head's take would, and publishes the grant on the
+// head's channel instead of a wake-up (see handoff). A Java head of the
+// Redisson engine is woken and takes the lock itself: the same state.
 
 // GraceMargin is how long the head grace key outlives the grace, in ms.
 const GraceMargin int64 = 60_000
@@ -150,8 +151,9 @@ func (l *Lock) FairTryLockWaitToken(server, now int64, owner string, leaseMs, wa
 // request id and latch lifetime (latchMs 0: none; latch_common.lua). A
 // copy of a request whose latch is live replies from it (see latchHit),
 // and claims a grant (LatchGranted: the lock's TTL becomes leaseMs, the
-// latch LatchHeld). A take writes the latch; on the scalable engine
-// (Handoff) a join with a latch keeps its Note.
+// latch LatchHeld). A take writes the latch; a join with a latch keeps its
+// Note on the scalable engine (Handoff), and on the Redisson engine when
+// owner takes notes (TakesNotes: the release may grant it the lock).
 func (l *Lock) FairTryLockWaitRequest(server, now int64, owner string, leaseMs, waitMs, graceMs int64, requestID string, latchMs int64) (acquired bool, ttlMs, token int64, err error) {
 	l.Advance(server)
 	if latchMs > 0 {
@@ -176,7 +178,7 @@ func (l *Lock) FairTryLockWaitRequest(server, now int64, owner string, leaseMs, 
 	}
 	if _, queued := l.Deadlines[owner]; !queued {
 		l.join(server, now, owner, waitMs)
-		if l.Handoff && latchMs > 0 {
+		if (l.Handoff || TakesNotes(owner)) && latchMs > 0 {
 			l.Notes[owner] = Note{LeaseMs: leaseMs, SlotMs: waitMs, LatchMs: latchMs, RequestID: requestID}
 		} else {
 			delete(l.Notes, owner)
@@ -245,8 +247,10 @@ func (l *Lock) FairUnlock(server, now int64, owner string, leaseMs int64, reques
 	return result
 }
 
-// Direct handoff (the scalable engine, Handoff; issue 23). A release that
-// leaves the lock free grants it to the live head (after pruning) as the
+// Direct handoff (the scalable engine, Handoff, issue 23; on the Redisson
+// engine a head that takes notes, issue 33: only such a head has a Note
+// there). A release that leaves the lock free grants it to the live head
+// (after pruning) as the
 // head's own take would: the head leaves the queue and every remaining
 // deadline drops by the slot it joined with, it holds the lock once, the
 // token is incremented, and its acquisition latch says LatchGranted with
@@ -256,16 +260,16 @@ func (l *Lock) FairUnlock(server, now int64, owner string, leaseMs int64, reques
 // lock no longer than the two graces it would have had as the head of a
 // free lock. The grant is published on the head's channel:
 // "g:<token>:<granted ms>:<request id>". No grant (the head takes the lock
-// itself, as on the Redisson engine): the caller's grace is off, the head
-// is the caller, it joined without a latch (no Note), or its latch exists
-// (the request was given up).
+// itself): the caller's grace is off, the head is the caller, it joined
+// without a latch (no Note), is a Java client's on the Redisson engine, or
+// its latch exists (the request was given up).
 func (l *Lock) handoff(server int64, caller string, graceMs int64) {
-	if !l.Handoff || graceMs <= 0 || l.Locked() || len(l.Queue) == 0 {
+	if graceMs <= 0 || l.Locked() || len(l.Queue) == 0 {
 		return
 	}
 	head := l.Queue[0]
 	n, ok := l.Notes[head]
-	if head == caller || !ok {
+	if head == caller || !ok || !l.Handoff && !TakesNotes(head) {
 		return
 	}
 	if _, exists := l.AcquireLatches[n.RequestID]; exists {
@@ -282,6 +286,21 @@ func (l *Lock) handoff(server int64, caller string, graceMs int64) {
 // GrantMessage is the payload of a direct handoff's message.
 func GrantMessage(token, ttlMs int64, requestID string) string {
 	return "g:" + strconv.FormatInt(token, 10) + ":" + strconv.FormatInt(ttlMs, 10) + ":" + requestID
+}
+
+// ParseGrantMessage reads a GrantMessage payload.
+func ParseGrantMessage(p string) (token, ttlMs int64, requestID string, ok bool) {
+	rest, found := strings.CutPrefix(p, "g:")
+	if !found {
+		return 0, 0, "", false
+	}
+	f := strings.SplitN(rest, ":", 3)
+	if len(f) != 3 || f[2] == "" {
+		return 0, 0, "", false
+	}
+	t, err1 := strconv.ParseInt(f[0], 10, 64)
+	d, err2 := strconv.ParseInt(f[1], 10, 64)
+	return t, d, f[2], err1 == nil && err2 == nil && t > 0 && d > 0
 }
 
 // FairForceUnlock is fair_force_unlock.lua: delete the lock whoever holds

@@ -108,6 +108,11 @@ type Step struct {
 //     taker had a deadline at or before the taker's now, or was the head of
 //     a free lock whose grace had run out, and is gone;
 //   - a caller is never pruned by its own call;
+//   - a release grants the lock directly (a grant message, "g:...", on a
+//     waiter's channel) only to a waiter that takes notes (the scalable
+//     engine's, or one of this library's clients on the Redisson engine: a
+//     Java client reads only "0"), which then holds it alone and has left
+//     the queue, as after its own take;
 //   - grants follow enqueue order: the queue is only ever appended to at
 //     the tail and removed from (never reordered), and a waiter granted the
 //     lock is the earliest-enqueued of those still queued once the dead
@@ -187,10 +192,36 @@ func (h *History) Observe(s Step) error {
 	headB, secondB := front(before.Queue)
 	headA, secondA := front(after.Queue)
 
+	// A direct grant: who may get one.
+	granted := "" // the waiter a release granted the lock to directly
+	for _, m := range s.Published {
+		if fair && strings.HasPrefix(m.Payload, "g:") && strings.HasPrefix(m.Channel, names.Channel+":") {
+			w := strings.TrimPrefix(m.Channel, names.Channel+":")
+			_, _, _, ok := ParseGrantMessage(m.Payload)
+			switch {
+			case !ok:
+				add("malformed grant %q to %s", m.Payload, w)
+			case s.Op != OpFairUnlock:
+				add("granted the lock to %s without a release", w)
+			case granted != "":
+				add("granted the lock to %s and %s", granted, w)
+			case !after.Handoff && !TakesNotes(w):
+				add("granted the lock to %s on the Redisson engine: a Java client reads only %q there", w, UnlockMessage)
+			case !slices.Contains(before.Queue, w) || slices.Contains(after.Queue, w):
+				add("granted the lock to %s, which was not queued before or still is", w)
+			case after.Holds[w] != 1 || len(after.Holds) != 1:
+				add("granted the lock to %s, but the lock's holds are %v", w, after.Holds)
+			}
+			granted = w
+		}
+	}
+
 	// Notifications: who may be woken.
 	woken := map[string]bool{}
 	for _, m := range s.Published {
 		switch {
+		case fair && strings.HasPrefix(m.Payload, "g:") && strings.HasPrefix(m.Channel, names.Channel+":"):
+			// checked above
 		case fair && strings.HasPrefix(m.Payload, "s:") && strings.HasPrefix(m.Channel, names.Channel+":"):
 			// a wake-up that carries its reply (the scalable engine)
 			if err := CheckSleepMessage(after, s.Server, strings.TrimPrefix(m.Channel, names.Channel+":"), m.Payload, s.GraceMs, h.Slack); err != nil {
@@ -207,7 +238,7 @@ func (h *History) Observe(s Step) error {
 				add("published on %s, not the lock channel %s nor the fair head's", m.Channel, names.Channel)
 			}
 		case m.Channel == names.Channel:
-			if !release || after.Locked() {
+			if !release || after.Locked() && granted == "" {
 				add("published on the lock channel without releasing the lock")
 			}
 		default:
@@ -227,7 +258,7 @@ func (h *History) Observe(s Step) error {
 
 	// Notifications: who must be woken.
 	if fair {
-		freed := release && before.Locked() && !after.Locked()
+		freed := release && before.Locked() && !after.Locked() || granted != ""
 		cut := before.Locked() && after.Locked() && after.LeaseEnd != NoExpiry &&
 			(before.LeaseEnd == NoExpiry || after.LeaseEnd < before.LeaseEnd-h.Slack)
 		graceStarted := after.GraceOwner != "" &&
@@ -255,10 +286,20 @@ func (h *History) Observe(s Step) error {
 	}
 
 	fresh := s.Acquired && before.Holds[s.Owner] == 0
+	// taker: who took the lock in this step, the caller (fresh) or the
+	// waiter a release granted it to; takerSlot: the slot by which the
+	// remaining deadlines drop (the caller's, or the grantee's as it queued).
+	taker, takerSlot := "", int64(0)
+	switch {
+	case fresh && fair:
+		taker, takerSlot = s.Owner, s.WaitMs
+	case granted != "":
+		taker, takerSlot = granted, h.slots[granted]
+	}
 	// No acquisition past a live waiter.
-	if fresh && fair {
+	if taker != "" {
 		ahead := before.Queue
-		if i := slices.Index(before.Queue, s.Owner); i >= 0 {
+		if i := slices.Index(before.Queue, taker); i >= 0 {
 			ahead = before.Queue[:i]
 		}
 		for i, w := range ahead {
@@ -266,10 +307,10 @@ func (h *History) Observe(s Step) error {
 			graceOver := i == 0 && !before.Locked() && before.GraceOwner == w && (before.GraceSecond || s.GraceMs <= 0) &&
 				before.GraceEnd-GraceMargin <= s.Server+h.Slack
 			if ok && d > s.Now && !graceOver {
-				add("%s took the lock past live waiter %s (deadline %d > now %d)", s.Owner, w, d, s.Now)
+				add("%s took the lock past live waiter %s (deadline %d > now %d)", taker, w, d, s.Now)
 			}
 			if slices.Contains(after.Queue, w) {
-				add("%s took the lock but %s, queued ahead of it, is still queued", s.Owner, w)
+				add("%s took the lock but %s, queued ahead of it, is still queued", taker, w)
 			}
 		}
 	}
@@ -311,8 +352,8 @@ func (h *History) Observe(s Step) error {
 		}
 		want := int64(0)
 		switch {
-		case fresh && fair:
-			want = -s.WaitMs
+		case taker != "":
+			want = -takerSlot
 		case leaver >= 0 && i > leaver:
 			want = -s.WaitMs
 		}
@@ -324,7 +365,7 @@ func (h *History) Observe(s Step) error {
 	// Removals: the acquirer is granted, the leaver gave up, the others
 	// were pruned. A grant must go to the earliest enqueued waiter left.
 	for _, w := range removed {
-		if w == s.Owner && fresh {
+		if w == taker {
 			continue
 		}
 		if w == s.Owner && s.Op == OpFairAcquireFailed && h.slots[w] != s.WaitMs {
@@ -333,14 +374,14 @@ func (h *History) Observe(s Step) error {
 		delete(h.tickets, w)
 		delete(h.slots, w)
 	}
-	if _, queued := h.tickets[s.Owner]; queued && fresh {
+	if _, queued := h.tickets[taker]; queued && taker != "" {
 		for w, t := range h.tickets {
-			if w != s.Owner && t < h.tickets[s.Owner] {
-				add("granted %s out of enqueue order: %s was enqueued earlier and is still queued", s.Owner, w)
+			if w != taker && t < h.tickets[taker] {
+				add("granted %s out of enqueue order: %s was enqueued earlier and is still queued", taker, w)
 			}
 		}
-		delete(h.tickets, s.Owner)
-		delete(h.slots, s.Owner)
+		delete(h.tickets, taker)
+		delete(h.slots, taker)
 	}
 	if requeued {
 		h.tickets[s.Owner] = h.next

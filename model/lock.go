@@ -140,12 +140,15 @@ type Lock struct {
 	AcquireLatches map[string]AcquireLatch
 
 	// Handoff: this is the scalable engine's lock, whose release grants
-	// the lock to the live head directly (fair.go, handoff). The
-	// Redisson-compatible engine's never does.
+	// the lock to any live head directly (fair.go, handoff). The
+	// Redisson-compatible engine's grants it only to a head of this
+	// library's clients (TakesNotes; issue 33).
 	Handoff bool
-	// Notes are what a lock waiter of the scalable engine joined with, for
-	// a direct handoff (queue_scalable.lua keeps them after the join
-	// sequence in s:<o>). Only the entries of queued owners mean anything.
+	// Notes are what a lock waiter joined with, for a direct handoff: every
+	// waiter of the scalable engine (queue_scalable.lua keeps them after the
+	// join sequence in s:<o>), on the Redisson engine those of this
+	// library's clients (queue_redisson.lua, "fairlock_notes:{name}"). Only
+	// the entries of queued owners mean anything.
 	Notes map[string]Note
 
 	// Published is every message published so far, in order.

@@ -1,6 +1,8 @@
 package model
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -462,4 +464,97 @@ func TestCheckSleepMessageFreeLock(t *testing.T) {
 	nograce := l.Clone()
 	nograce.GraceOwner, nograce.GraceEnd = "", 0
 	assert.ErrorContains(t, CheckSleepMessage(nograce, server, "b:1", SleepMessage(1_500, 1), grace, 0), "while the lock is free")
+}
+
+// A release's direct grant on the Redisson engine (issue 33): to a head of
+// this library's clients only (a Java client reads only "0" on its
+// channel), which then holds the lock and has left the queue, and the
+// deadlines behind it drop by its slot as after its own take. History
+// states it from the outside; the model's release does it.
+func TestHistoryDirectGrantOnTheRedissonEngine(t *testing.T) {
+	const goA = "0000000a-0000-8000-8000-00000000000a:1"
+	const grace = 5_000
+	for _, tc := range []struct {
+		name, head string
+		granted    bool
+	}{
+		{"this library's head is granted the lock", goA, true},
+		{"a Java head takes it itself", "java:1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := New("x")
+			var h History
+			step := func(s Step, before *Lock) {
+				t.Helper()
+				s.Before, s.After, s.Published = before, l.Clone(), l.Published[len(before.Published):]
+				require.NoError(t, h.Observe(s))
+			}
+			before := l.Clone()
+			ok, _, _, err := l.FairTryLockWaitRequest(0, t0, "holder:1", 30_000, 5_000, grace, "", 0)
+			require.NoError(t, err)
+			require.True(t, ok)
+			step(Step{Op: OpFairTryLockWait, Owner: "holder:1", Now: t0, WaitMs: 5_000, GraceMs: grace, Acquired: true}, before)
+			for _, w := range []string{tc.head, "java:2"} {
+				before = l.Clone()
+				ok, ttl, _, err := l.FairTryLockWaitRequest(0, t0, w, 30_000, 7_000, grace, "acq-"+w, 10_000)
+				require.NoError(t, err)
+				require.False(t, ok)
+				step(Step{Op: OpFairTryLockWait, Owner: w, Now: t0, WaitMs: 7_000, GraceMs: grace, Reply: ttl}, before)
+			}
+			d := l.Deadlines["java:2"]
+			before = l.Clone()
+			require.Equal(t, Released, l.FairUnlock(10, t0+10, "holder:1", 30_000, "u1", 10_000, grace))
+			release := Step{Op: OpFairUnlock, Owner: "holder:1", Server: 10, Now: t0 + 10, GraceMs: grace}
+			step(release, before)
+			grant := GrantMessage(l.Token, min(30_000, 2*grace), "acq-"+tc.head)
+			if !tc.granted {
+				assert.Equal(t, []string{tc.head, "java:2"}, l.Queue)
+				assert.NotContains(t, l.Published, Message{l.names.WaiterChannel(tc.head), grant})
+				return
+			}
+			assert.Equal(t, map[string]int64{tc.head: 1}, l.Holds)
+			assert.Equal(t, []string{"java:2"}, l.Queue)
+			assert.Equal(t, d-7_000, l.Deadlines["java:2"], "the grantee's slot, as after its own take")
+			assert.Contains(t, l.Published, Message{l.names.WaiterChannel(tc.head), grant})
+
+			// The same step granting a Java head (its owner id in the
+			// grantee's place), or without the deadline shift, or with the
+			// grantee still queued, is caught.
+			rename := func(o string) string {
+				if o == tc.head {
+					return "java:1"
+				}
+				return o
+			}
+			after := l.Clone()
+			for _, bad := range []struct {
+				java bool
+				edit func(a *Lock)
+				want string
+			}{
+				{true, func(*Lock) {}, "a Java client reads only"},
+				{false, func(a *Lock) { a.Deadlines["java:2"] = d }, "the deadline of java:2 moved by 0"},
+				{false, func(a *Lock) { a.Queue = []string{tc.head, "java:2"} }, "still is"},
+			} {
+				b, a := before.Clone(), after.Clone()
+				pub := slices.Clone(after.Published[len(before.Published):])
+				head := tc.head
+				if bad.java {
+					head = "java:1"
+					b.Queue[0] = head
+					b.Deadlines = map[string]int64{head: before.Deadlines[tc.head], "java:2": d}
+					a.Holds = map[string]int64{head: 1}
+					for i, m := range pub {
+						pub[i].Channel = l.names.WaiterChannel(rename(strings.TrimPrefix(m.Channel, l.names.Channel+":")))
+					}
+				}
+				bad.edit(a)
+				fresh := History{tickets: map[string]int64{head: 0, "java:2": 1}, slots: map[string]int64{head: 7_000, "java:2": 7_000},
+					next: 2, alarms: map[string]alarm{}}
+				s := release
+				s.Before, s.After, s.Published = b, a, pub
+				assert.ErrorContains(t, fresh.Observe(s), bad.want)
+			}
+		})
+	}
 }

@@ -11,6 +11,7 @@ type Names struct {
 	Timeouts string // redisson_lock_timeout:{name}
 	Grace    string // fairlock_grace:{name}: the fair lock's head grace (not in Redisson)
 	Token    string // redisson_lock_token:{name}: the fencing token (fenced lock; fair lock, not in Redisson)
+	Notes    string // fairlock_notes:{name}: the Redisson engine's handoff notes of this library's waiters (not in Redisson)
 	latch    string
 	alatch   string
 }
@@ -24,6 +25,7 @@ func NamesFor(name string) Names {
 		Timeouts: tagged("redisson_lock_timeout", name),
 		Grace:    tagged("fairlock_grace", name),
 		Token:    tagged("redisson_lock_token", name),
+		Notes:    tagged("fairlock_notes", name),
 		latch:    tagged("redisson_unlock_latch", name),
 		alatch:   tagged("fairlock_acquire_latch", name),
 	}

@@ -175,6 +175,32 @@ func (s *subscriber) drain(ctx context.Context) ([]model.Message, error) {
 // dump reads every key of the lock into a model.Lock, as of server time
 // server (the model's clock, which the backend's matches up to tolerance).
 // It fails on any key of the run that the lock's state does not explain.
+// dumpNotes reads the Redisson engine's handoff notes ("fairlock_notes:
+// {name}": owner -> "|lease|slot|latch ms|latch key", queue_redisson.lua)
+// into l.Notes. The hash must expire (Java's scripts may prune a waiter and
+// leave its entry) and hold entries only of queued owners of this library's
+// clients (the fair scripts delete an entry when its owner leaves).
+func dumpNotes(l *model.Lock, notes map[string]string, pttl time.Duration) error {
+	if len(notes) == 0 {
+		return nil
+	}
+	if pttl <= 0 {
+		return fmt.Errorf("handoff notes %v without expiry", notes)
+	}
+	prefix := l.Names().AcquireLatchPrefix()
+	for o, v := range notes {
+		if !model.TakesNotes(o) || !slices.Contains(l.Queue, o) {
+			return fmt.Errorf("handoff note of %s, which is not a queued waiter of this library's clients (queue %v)", o, l.Queue)
+		}
+		f := strings.SplitN(v, "|", 5)
+		if len(f) != 5 || f[0] != "" || !strings.HasPrefix(f[4], prefix) {
+			return fmt.Errorf("handoff note of %s: %q", o, v)
+		}
+		l.Notes[o] = model.Note{LeaseMs: mustInt(f[1]), SlotMs: mustInt(f[2]), LatchMs: mustInt(f[3]), RequestID: strings.TrimPrefix(f[4], prefix)}
+	}
+	return nil
+}
+
 func dump(ctx context.Context, rdb *redis.Client, names model.Names, server int64) (*model.Lock, error) {
 	pipe := rdb.Pipeline()
 	all := pipe.Keys(ctx, "*"+names.Lock+"*")
@@ -188,6 +214,8 @@ func dump(ctx context.Context, rdb *redis.Client, names model.Names, server int6
 	gracePTTL := pipe.PTTL(ctx, names.Grace)
 	token := pipe.Get(ctx, names.Token)
 	tokenPTTL := pipe.PTTL(ctx, names.Token)
+	notes := pipe.HGetAll(ctx, names.Notes)
+	notesPTTL := pipe.PTTL(ctx, names.Notes)
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return nil, err
 	}
@@ -223,11 +251,14 @@ func dump(ctx context.Context, rdb *redis.Client, names model.Names, server int6
 	if err := dumpToken(l, token, tokenPTTL); err != nil {
 		return nil, err
 	}
+	if err := dumpNotes(l, notes.Val(), notesPTTL.Val()); err != nil {
+		return nil, err
+	}
 
 	var latchKeys, alatchKeys, stray []string
 	for _, k := range all.Val() {
 		switch {
-		case k == names.Lock, k == names.Queue, k == names.Timeouts, k == names.Grace, k == names.Token:
+		case k == names.Lock, k == names.Queue, k == names.Timeouts, k == names.Grace, k == names.Token, k == names.Notes:
 		case strings.HasPrefix(k, names.LatchPrefix()):
 			latchKeys = append(latchKeys, k)
 		case strings.HasPrefix(k, names.AcquireLatchPrefix()):

@@ -21,19 +21,20 @@ type brokenVariant struct {
 	file    string // the script to edit (fair_common.lua is inside every fair_*.lua)
 	old     string // text to replace, exactly once (every occurrence, when all)
 	new     string
-	all     bool // old occurs in both the fast and the full path: break both
+	all     bool        // old occurs in both the fast and the full path: break both
+	more    [][2]string // further edits, old -> new in every script (of wire.Files) that has old
 }
 
 var brokenVariants = []brokenVariant{
 	{
 		name: "no deadline shifting on acquire", machine: fairMachine, file: wire.FileFairTryLockWait,
-		old: "    redis.call('lpop', queue)\n    q_shift(wait, nil)",
-		new: "    redis.call('lpop', queue)",
+		old: "    redis.call('lpop', queue)\n    q_drop_note(owner)\n    q_shift(wait, nil)",
+		new: "    redis.call('lpop', queue)\n    q_drop_note(owner)",
 	},
 	{
 		name: "no deadline shifting on acquire (tryLock)", machine: fairMachine, file: wire.FileFairTryLock,
-		old: "    redis.call('lpop', queue)\n    q_shift(wait, nil)",
-		new: "    redis.call('lpop', queue)",
+		old: "    redis.call('lpop', queue)\n    q_drop_note(owner)\n    q_shift(wait, nil)",
+		new: "    redis.call('lpop', queue)\n    q_drop_note(owner)",
 	},
 	{
 		name: "notify every waiter", machine: fairMachine, file: wire.FileFairUnlock,
@@ -52,6 +53,20 @@ var brokenVariants = []brokenVariant{
 		name: "a free lock's note lets the second sleep past the head's grace", machine: fairMachine, file: wire.FileFairUnlock,
 		old: "note(owner, left)",
 		new: "note(owner, left + grace)",
+	},
+	{
+		// issue 33: the Redisson engine's release grants the lock only to
+		// this library's heads; a Java client reads only "0"
+		name: "a release grants the lock to a Java client's head", machine: fairMachine, file: wire.FileFairUnlock,
+		old:  "    if not q_noted(owner) then\n        return nil\n    end\n    local v = redis.call('hget', notes, owner)",
+		new:  "    local v = redis.call('hget', notes, owner)",
+		more: [][2]string{{"    if not q_noted(owner) then\n        return\n    end\n    if not note then", "    if not note then"}},
+	},
+	{
+		// issue 33: a pruned waiter's handoff note must go with it
+		name: "a pruned head's handoff note is kept", machine: fairMachine, file: wire.FileFairTryLockWait,
+		old: "        redis.call('zrem', timeouts, head)\n        q_drop_note(head)\n",
+		new: "        redis.call('zrem', timeouts, head)\n",
 	},
 	{
 		name: "pruned head left in the queue", machine: fairMachine, file: wire.FileFairTryLockWait,
@@ -163,7 +178,19 @@ func (v brokenVariant) scripts(t *testing.T) *wire.Scripts {
 	if n := strings.Count(src, v.old); n != 1 && (!v.all || n == 0) {
 		t.Fatalf("%s: %q occurs %d times in %s", v.name, v.old, n, v.file)
 	}
+	for _, e := range v.more {
+		n := 0
+		for _, f := range wire.Files {
+			n += strings.Count(wire.Source(f), e[0])
+		}
+		if n == 0 {
+			t.Fatalf("%s: %q is in no script", v.name, e[0])
+		}
+	}
 	return wire.Edit(func(file, src string) string {
+		for _, e := range v.more {
+			src = strings.ReplaceAll(src, e[0], e[1])
+		}
 		if file != v.file {
 			return src
 		}

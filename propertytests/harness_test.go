@@ -56,6 +56,7 @@ type harness struct {
 	grace  map[string]int64 // per client: its head grace
 
 	lastReq map[string]string // per owner: its last unlock request id
+	lastAcq map[string]string // per owner: its last acquisition request id
 	nextReq int
 	slot    map[string]int64 // per queued owner: the slot it queued with
 	steps   int
@@ -97,7 +98,7 @@ type counts struct {
 	notified         int // fair-lock waiter notifications
 	pruned           int // waiters removed without taking the lock or giving up
 	positions        int // queue positions compared (scalable and fair semaphore machines)
-	grants           int // direct handoffs (the scalable machine)
+	grants           int // direct handoffs
 	sleepNotes       int // wake-ups that carried their reply (the scalable machine)
 	expired          int // keys that ended by their TTL, every entry past (fair semaphore, seats)
 }
@@ -116,8 +117,8 @@ func (c *counts) String() string {
 	if c.joins == 0 {
 		return fmt.Sprintf("%d sequences, %d steps", c.sequences, c.steps)
 	}
-	return fmt.Sprintf("%d sequences, %d steps; %d joins, %d grants from the queue, %d notifications, %d prunes, longest queue %d",
-		c.sequences, c.steps, c.joins, c.queueGrants, c.notified, c.pruned, c.maxQueue)
+	return fmt.Sprintf("%d sequences, %d steps; %d joins, %d grants from the queue (%d of them direct handoffs), %d notifications, %d prunes, longest queue %d",
+		c.sequences, c.steps, c.joins, c.queueGrants, c.grants, c.notified, c.pruned, c.maxQueue)
 }
 
 func (c *counts) observe(s model.Step) {
@@ -125,8 +126,13 @@ func (c *counts) observe(s model.Step) {
 	if model.Requeued(s) {
 		c.joins++
 	}
+	grantee := ""
 	for _, m := range s.Published {
-		if m.Channel != s.After.Names().Channel {
+		switch {
+		case strings.HasPrefix(m.Payload, "g:"):
+			c.grants++
+			grantee = strings.TrimPrefix(m.Channel, s.After.Names().Channel+":")
+		case m.Channel != s.After.Names().Channel:
 			c.notified++
 		}
 	}
@@ -135,7 +141,7 @@ func (c *counts) observe(s model.Step) {
 			continue
 		}
 		switch {
-		case w == s.Owner && s.Acquired:
+		case w == s.Owner && s.Acquired, w == grantee:
 			c.queueGrants++
 		case w == s.Owner && s.Op == model.OpFairAcquireFailed:
 		default:
@@ -159,6 +165,7 @@ func newHarness(t *rapid.T, b backend, scripts *wire.Scripts, c *counts) *harnes
 		skew:    map[string]int64{},
 		grace:   map[string]int64{},
 		lastReq: map[string]string{},
+		lastAcq: map[string]string{},
 		slot:    map[string]int64{},
 	}
 	h.got = model.New(name)
@@ -292,6 +299,13 @@ func (h *harness) compare(got *model.Lock, published []model.Message, before *mo
 	}
 	if want.Token != got.Token {
 		return fmt.Errorf("token key %d, want %d", got.Token, want.Token)
+	}
+	for _, o := range want.Queue {
+		w, wok := want.Notes[o]
+		g, gok := got.Notes[o]
+		if model.TakesNotes(o) && (wok != gok || w != g) {
+			return fmt.Errorf("handoff note of %s %+v (%v), want %+v (%v)", o, g, gok, w, wok)
+		}
 	}
 	if !maps.EqualFunc(want.AcquireLatches, got.AcquireLatches, func(w, g model.AcquireLatch) bool {
 		return w.State == g.State && w.Token == g.Token && h.within(w.ExpiresAt-h.server, g.ExpiresAt-h.server)

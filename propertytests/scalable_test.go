@@ -335,11 +335,13 @@ func (h *scHarness) unlock(t *rapid.T, owner string) {
 		t.Fatalf("unlock by %s: Redisson engine %v, scalable %v", owner, fr, sr)
 	}
 	// The scalable engine's release granted the lock to the head (the
-	// model says so: a grant message): the Redisson engine's waiter takes
-	// it itself, so the head's take runs there now, as its client would
-	// (its request, lease and slot as it joined), and the lock's TTL is set
-	// to the grant's and its latch's to the grant latch's (at least the
-	// grant's TTL); then both engines must be in the same state again.
+	// model says so: a grant message): the Redisson engine's release did
+	// too for a head of this library's clients (then the take below claims
+	// the grant), while a Java client's head takes it itself, so the head's
+	// take runs there now, as its client would (its request, lease and slot
+	// as it joined), and the lock's TTL is set to the grant's and its
+	// latch's to the grant latch's (at least the grant's TTL); then both
+	// engines must be in the same state again.
 	h.granted = ""
 	for _, msg := range h.m.Published[m0:] {
 		if g, ok := wire.ParseGrant(msg.Payload); ok {

@@ -283,16 +283,14 @@ func (k Keys) Grace() string {
 // Redisson-compatible engine, ScalableScripts.Fair the scalable one.
 type FairSet struct {
 	set *Scripts
-	// handoff: the scalable engine, whose release grants the lock to the
-	// live head directly (fair_common.lua, handoff): Unlock passes the
-	// token key and the acquisition latch prefix.
-	handoff bool
 }
 
-// Handoff reports whether a release of this engine grants the lock to the
-// live head directly, publishing a Grant on its channel (the scalable
-// engine).
-func (f FairSet) Handoff() bool { return f.handoff }
+// Handoff reports whether a release of this engine may grant the lock to
+// the live head directly, publishing a Grant on its channel (fair_common.lua,
+// handoff; Unlock passes the token key and the acquisition latch prefix for
+// it): always, on both engines (on the Redisson engine only to a head of
+// this library's clients, queue_redisson.lua; issue 33).
+func (f FairSet) Handoff() bool { return true }
 
 // Fair returns the Redisson-compatible fair engine's scripts of s.
 func (s *Scripts) Fair() FairSet { return FairSet{set: s} }
@@ -334,15 +332,9 @@ func (f FairSet) AcquireFailed(ctx context.Context, rdb redis.Scripter, k Keys, 
 // Unlock runs fair_unlock.lua (reads Owner, LeaseMs, NowMs, RequestID,
 // LatchMs, GraceMs, PubCmd). Never refused.
 func (f FairSet) Unlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
-	nkeys := 7
-	if f.handoff {
-		nkeys = 9
-	}
-	c := f.set.cmd(FileFairUnlock, nkeys, 7)
+	c := f.set.cmd(FileFairUnlock, 9, 7)
 	c.key(k.Name).key(k.Queue).key(k.Timeouts).key(k.Channel).str(k.Latch(a.RequestID)).key(k.ScalableQueue()).key(k.Grace())
-	if f.handoff {
-		c.key(k.Token()).key(k.AcquireLatchPrefix())
-	}
+	c.key(k.Token()).key(k.AcquireLatchPrefix())
 	c.key(UnlockMessage).num(a.LeaseMs).key(a.Owner).now(a.NowMs).key(a.pubCmd()).num(a.LatchMs).num(a.GraceMs)
 	return unlockResult(c.run(ctx, rdb))
 }

@@ -101,7 +101,7 @@ func (s *ScalableScripts) Script(file string) *redis.Script {
 }
 
 // Fair returns the scalable engine's scripts as a FairSet.
-func (s *ScalableScripts) Fair() FairSet { return FairSet{set: s.set, handoff: true} }
+func (s *ScalableScripts) Fair() FairSet { return FairSet{set: s.set} }
 
 // mixed turns the scripts' refusal into ErrMixedEngines.
 func mixed(err error) error {
