@@ -19,7 +19,8 @@
 --   'granted:<token>'  a release granted the lock to the request's owner
 --            directly (the scalable fair engine's handoff, fair_common.lua):
 --            the first copy that comes while the owner holds the lock claims
---            the grant (sets the lock's TTL to the copy's lease) and the
+--            the grant (sets the lock's TTL to the copy's lease, unless
+--            that would shorten it) and the
 --            latch becomes 'held:<token>'; it replies as 'held:<token>'
 --            does. Never a second hold.
 --   'void'   the caller gave up on the request (abandon.lua; 'void:held'
@@ -125,7 +126,12 @@ local function latch_check(latch, ttl, lock, owner, lease)
                 return 'OK'
             end
             if lease and string.sub(state, 1, 8) == 'granted:' then
-                redis.call('pexpire', lock, lease)
+                -- The claim never shortens the lock's TTL: a re-entry since
+                -- the grant may have set a longer lease (no expiry stays).
+                local pttl = redis.call('pttl', lock)
+                if pttl >= 0 and pttl < tonumber(lease) then
+                    redis.call('pexpire', lock, lease)
+                end
                 redis.call('set', latch, 'held:' .. string.sub(state, 9), 'px', ttl)
             end
             return {-1, latch_token(state)}

@@ -85,6 +85,31 @@ import (
 // GraceMargin is how long the head grace key outlives the grace, in ms.
 const GraceMargin int64 = 60_000
 
+// NoteMargin is how long the Redisson engine's notes hash outlives the
+// deadline of the latest waiter that stored a note in it, in ms.
+const NoteMargin int64 = 60_000
+
+// keepNote keeps owner's handoff note n, made when it joined with deadline
+// rel ms past its now.
+func (l *Lock) keepNote(server int64, owner string, n Note, rel int64) {
+	l.Notes[owner] = n
+	if l.Handoff {
+		return // kept in the queue's own hash, which never expires
+	}
+	if keep := max(rel, 0) + NoteMargin; l.NotesEnd == 0 || l.NotesEnd-server < keep {
+		l.NotesEnd = server + keep
+	}
+}
+
+// dropNote: owner left the queue (or joined without a note); its note goes,
+// and with the last one the Redisson engine's notes hash.
+func (l *Lock) dropNote(owner string) {
+	delete(l.Notes, owner)
+	if len(l.Notes) == 0 {
+		l.NotesEnd = 0
+	}
+}
+
 // FairTryLock is fair_try_lock.lua: one attempt that never queues (Redisson's
 // tryLock() with no arguments). It takes the lock when it is free and nobody
 // alive is queued ahead (the caller may itself be the head: then it leaves
@@ -158,7 +183,9 @@ func (l *Lock) FairTryLockWaitRequest(server, now int64, owner string, leaseMs, 
 	l.Advance(server)
 	if latchMs > 0 {
 		if la, found := l.AcquireLatches[requestID]; found && la.State == LatchGranted && l.Holds[owner] > 0 {
-			l.LeaseEnd = server + leaseMs
+			if l.LeaseEnd != NoExpiry && l.LeaseEnd < server+leaseMs {
+				l.LeaseEnd = server + leaseMs // a claim never shortens the lease
+			}
 			l.AcquireLatches[requestID] = AcquireLatch{State: LatchHeld, Token: la.Token, ExpiresAt: server + latchMs}
 			return true, 0, la.Token, nil
 		}
@@ -179,9 +206,9 @@ func (l *Lock) FairTryLockWaitRequest(server, now int64, owner string, leaseMs, 
 	if _, queued := l.Deadlines[owner]; !queued {
 		l.join(server, now, owner, waitMs)
 		if (l.Handoff || TakesNotes(owner)) && latchMs > 0 {
-			l.Notes[owner] = Note{LeaseMs: leaseMs, SlotMs: waitMs, LatchMs: latchMs, RequestID: requestID}
+			l.keepNote(server, owner, Note{LeaseMs: leaseMs, SlotMs: waitMs, LatchMs: latchMs, RequestID: requestID}, l.Deadlines[owner]-now)
 		} else {
-			delete(l.Notes, owner)
+			l.dropNote(owner)
 		}
 	}
 	l.finish(server, owner, head0, second0, false, graceMs)
@@ -205,6 +232,7 @@ func (l *Lock) FairAcquireFailed(server int64, owner string, waitMs, graceMs int
 	}
 	delete(l.Deadlines, owner)
 	l.Queue = slices.DeleteFunc(l.Queue, func(w string) bool { return w == owner })
+	l.dropNote(owner)
 	l.finish(server, "", head0, second0, false, graceMs)
 }
 
@@ -368,6 +396,7 @@ func (l *Lock) prune(server, now int64, caller string, graceMs int64) {
 		}
 		delete(l.Deadlines, head)
 		l.Queue = l.Queue[1:]
+		l.dropNote(head)
 	}
 }
 
@@ -392,6 +421,7 @@ func (l *Lock) takeOrReenter(server int64, owner string, leaseMs, waitMs int64) 
 		l.Queue = l.Queue[1:]
 	}
 	delete(l.Deadlines, owner)
+	l.dropNote(owner)
 	for w := range l.Deadlines {
 		l.Deadlines[w] -= waitMs
 	}

@@ -148,8 +148,13 @@ type Lock struct {
 	// waiter of the scalable engine (queue_scalable.lua keeps them after the
 	// join sequence in s:<o>), on the Redisson engine those of this
 	// library's clients (queue_redisson.lua, "fairlock_notes:{name}"). Only
-	// the entries of queued owners mean anything.
+	// the entries of queued owners mean anything. An owner's entry goes
+	// when it leaves the queue (dropNote).
 	Notes map[string]Note
+	// NotesEnd: when the Redisson engine's notes hash expires (server
+	// clock; 0: no hash). A join with a note keeps it until NoteMargin past
+	// the joiner's deadline at least (queue_redisson.lua, q_append).
+	NotesEnd int64
 
 	// Published is every message published so far, in order.
 	Published []Message
@@ -217,6 +222,10 @@ func (l *Lock) Advance(server int64) {
 	}
 	if l.GraceOwner != "" && l.GraceEnd <= server {
 		l.GraceOwner, l.GraceSecond = "", false
+	}
+	if l.NotesEnd != 0 && l.NotesEnd <= server {
+		clear(l.Notes)
+		l.NotesEnd = 0
 	}
 	for id, la := range l.Latches {
 		if la.ExpiresAt <= server {

@@ -180,13 +180,14 @@ func (s *subscriber) drain(ctx context.Context) ([]model.Message, error) {
 // into l.Notes. The hash must expire (Java's scripts may prune a waiter and
 // leave its entry) and hold entries only of queued owners of this library's
 // clients (the fair scripts delete an entry when its owner leaves).
-func dumpNotes(l *model.Lock, notes map[string]string, pttl time.Duration) error {
+func dumpNotes(l *model.Lock, notes map[string]string, pttl time.Duration, server int64) error {
 	if len(notes) == 0 {
 		return nil
 	}
 	if pttl <= 0 {
 		return fmt.Errorf("handoff notes %v without expiry", notes)
 	}
+	l.NotesEnd = server + pttl.Milliseconds()
 	prefix := l.Names().AcquireLatchPrefix()
 	for o, v := range notes {
 		if !model.TakesNotes(o) || !slices.Contains(l.Queue, o) {
@@ -251,7 +252,7 @@ func dump(ctx context.Context, rdb *redis.Client, names model.Names, server int6
 	if err := dumpToken(l, token, tokenPTTL); err != nil {
 		return nil, err
 	}
-	if err := dumpNotes(l, notes.Val(), notesPTTL.Val()); err != nil {
+	if err := dumpNotes(l, notes.Val(), notesPTTL.Val(), server); err != nil {
 		return nil, err
 	}
 

@@ -1,7 +1,6 @@
 package propertytests
 
 import (
-	"strconv"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -52,21 +51,10 @@ func (h *harness) args(owner string, lease, wait int64) wire.Args {
 	return wire.Args{Owner: owner, LeaseMs: lease, WaitMs: wait, NowMs: h.now(owner), GraceMs: h.grace[clientOf(owner)]}
 }
 
-// acquireID draws the acquisition request id of a tryLockWait: none (no
-// latch), a new one, or (a retried copy) the owner's last one; and its
-// latch lifetime. With one, a waiter of this library's clients joins with a
-// handoff note, and a release may grant it the lock (issue 33).
+// acquireID: drawAcquireID. With an id, a waiter of this library's clients
+// joins with a handoff note, and a release may grant it the lock (issue 33).
 func (h *harness) acquireID(t *rapid.T, owner string) (string, int64) {
-	switch k := rapid.IntRange(0, 5).Draw(t, "acquire id"); {
-	case k == 0:
-		return "", 0
-	case k == 1 && h.lastAcq[owner] != "":
-		return h.lastAcq[owner], h.dur(t, "acquire latch", 1, 40)
-	}
-	h.nextReq++
-	id := "acq" + strconv.Itoa(h.nextReq)
-	h.lastAcq[owner] = id
-	return id, h.dur(t, "acquire latch", 1, 40)
+	return drawAcquireID(t, owner, h.lastAcq, &h.nextReq, h.u)
 }
 
 func (h *harness) fairTryLockWait(t *rapid.T, owner string) {

@@ -187,6 +187,24 @@ func newHarness(t *rapid.T, b backend, scripts *wire.Scripts, c *counts) *harnes
 
 // Draws, in units of the backend.
 
+// drawAcquireID draws the acquisition request id of a tryLockWait: none (no
+// latch, as before the handoff), a new one ("acq<n>", n counted in *next),
+// or (a retried copy) the owner's last one (last); and its latch lifetime
+// (1-40 units of u).
+func drawAcquireID(t *rapid.T, owner string, last map[string]string, next *int, u int64) (string, int64) {
+	latch := func() int64 { return rapid.Int64Range(1, 40).Draw(t, "acquire latch") * u }
+	switch k := rapid.IntRange(0, 5).Draw(t, "acquire id"); {
+	case k == 0:
+		return "", 0
+	case k == 1 && last[owner] != "":
+		return last[owner], latch()
+	}
+	*next++
+	id := "acq" + strconv.Itoa(*next)
+	last[owner] = id
+	return id, latch()
+}
+
 func (h *harness) dur(t *rapid.T, label string, lo, hi int64) int64 {
 	return rapid.Int64Range(lo, hi).Draw(t, label) * h.u
 }
@@ -299,6 +317,9 @@ func (h *harness) compare(got *model.Lock, published []model.Message, before *mo
 	}
 	if want.Token != got.Token {
 		return fmt.Errorf("token key %d, want %d", got.Token, want.Token)
+	}
+	if (want.NotesEnd == 0) != (got.NotesEnd == 0) || want.NotesEnd != 0 && !h.within(want.NotesEnd-h.server, got.NotesEnd-h.server) {
+		return fmt.Errorf("handoff notes hash expires at %d, want %d (0: none)", got.NotesEnd, want.NotesEnd)
 	}
 	for _, o := range want.Queue {
 		w, wok := want.Notes[o]

@@ -151,20 +151,9 @@ func (h *scHarness) noErr(t *rapid.T, what string, errs ...error) {
 	}
 }
 
-// acquireID draws the acquisition request id of a tryLockWait: none (no
-// latch, as before the handoff), a new one, or (a retried copy) the owner's
-// last one; and its latch lifetime.
+// acquireID: drawAcquireID.
 func (h *scHarness) acquireID(t *rapid.T, owner string) (string, int64) {
-	switch k := rapid.IntRange(0, 5).Draw(t, "acquire id"); {
-	case k == 0:
-		return "", 0
-	case k == 1 && h.lastAcq[owner] != "":
-		return h.lastAcq[owner], h.dur(t, "acquire latch", 1, 40)
-	}
-	h.nextReq++
-	id := "acq" + strconv.Itoa(h.nextReq)
-	h.lastAcq[owner] = id
-	return id, h.dur(t, "acquire latch", 1, 40)
+	return drawAcquireID(t, owner, h.lastAcq, &h.nextReq, h.u)
 }
 
 func (h *scHarness) tryLockWait(t *rapid.T, owner string) {
@@ -225,9 +214,17 @@ func (h *scHarness) tryLockWait(t *rapid.T, owner string) {
 		h.slot[owner] = a.WaitMs
 	}
 	if claims && sok {
+		// The claim set the lock's TTL to the copy's lease unless that
+		// would have shortened it: the Redisson engine's lock gets the
+		// scalable one's TTL.
 		ms := func(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
-		h.noErr(t, "pexpire", h.rdb.PExpire(h.ctx, h.fk.Name, ms(a.LeaseMs)).Err(),
-			h.rdb.PExpire(h.ctx, h.fk.AcquireLatch(a.AcquireID), ms(max(a.LatchMs, 1))).Err())
+		pttl, err := h.rdb.PTTL(h.ctx, h.sk.Name).Result()
+		h.noErr(t, "pttl", err)
+		set := h.rdb.Persist(h.ctx, h.fk.Name).Err()
+		if pttl > 0 {
+			set = h.rdb.PExpire(h.ctx, h.fk.Name, pttl).Err()
+		}
+		h.noErr(t, "pexpire", set, h.rdb.PExpire(h.ctx, h.fk.AcquireLatch(a.AcquireID), ms(max(a.LatchMs, 1))).Err())
 	}
 	h.end(t, "tryLockWait "+owner)
 }

@@ -129,7 +129,8 @@ lock grants: one per seat booked, plus one for each goroutine still waiting
 inversions: pairs of bookings granted in the opposite order of their arrival.
 out of turn: grants made while an earlier arrival was still waiting.
 queue order: after each queued arrival the fair queue was read and had to list
-            waiters in arrival order, the newcomer last.
+            waiters in arrival order, the newcomer last (or holding the lock:
+            a release granted it meanwhile).
 `)
 	if rs[0].Permits > 0 {
 		b.WriteString(`permits:    each booking holds one of the pool's permits (a booking window)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -366,16 +367,24 @@ func (r *run) hold(ctx context.Context, rng *mrand.Rand) {
 
 // checkQueue reads the fair queue right after owner (arrival seq) joined it,
 // while the gate keeps anyone else from joining: the queue must list waiters
-// in arrival order, owner last. (Waiters only leave it meanwhile.)
+// in arrival order, owner last. (Waiters only leave it meanwhile, owner too
+// when a release granted it the lock directly: it then holds the lock, since
+// its Lock call, which runs this check, has not returned yet.)
 func (r *run) checkQueue(ctx context.Context, owner string) {
-	q, err := r.observer.LRange(ctx, r.keys.Queue, 0, -1).Result()
-	if err != nil {
+	var lrange *redis.StringSliceCmd
+	var holds *redis.BoolCmd
+	if _, err := r.observer.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		lrange = p.LRange(ctx, r.keys.Queue, 0, -1)
+		holds = p.HExists(ctx, r.keys.Name, owner)
+		return nil
+	}); err != nil {
 		return
 	}
+	q := lrange.Val()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.result.QueueChecks++
-	ok := len(q) > 0 && q[len(q)-1] == owner
+	ok := len(q) > 0 && q[len(q)-1] == owner || !slices.Contains(q, owner) && holds.Val()
 	last := 0
 	for _, o := range q {
 		s := r.seqOf[o]
