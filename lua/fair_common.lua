@@ -245,7 +245,7 @@ end
 
 -- Join at the tail (Redisson's rule): the deadline is the tail's plus the
 -- slot, or now + PTTL + slot when nobody with a deadline is ahead.
--- note: the queue's handoff note for owner (q_note), or nil.
+-- note: the queue's handoff note for owner (grant_note, latch_common.lua), or nil.
 local function join(owner, wait, now, note)
     local ttl = res_pttl()
     local tail, deadline = q_tail()
@@ -332,7 +332,7 @@ end
 -- (token_incr; the head's own take is then refused, token_check). Returns
 -- whether it granted.
 local function handoff(caller, head, grace, token_key, latch_prefix)
-    if not HANDOFF or not head or head == caller or grace <= 0 or not res_free(head) then
+    if not head or head == caller or grace <= 0 or not res_free(head) then
         return false
     end
     local lease, slot, latch_ms, latch = q_grant_note(head)

@@ -63,7 +63,7 @@ if held then
 end
 local joined = 0
 if not q_queued(owner) then
-    join(owner, wait, now, q_note(ARGV[1], wait, ARGV[5], KEYS[6]))
+    join(owner, wait, now, grant_note(ARGV[1], wait, ARGV[5], KEYS[6]))
     joined = 1
 end
 local sleep = reply(owner, now, grace, finish(owner, head0, second0, false, grace))

@@ -43,6 +43,30 @@ local function int_str(n)
     return n
 end
 
+-- A direct handoff's note (fair_common.lua, handoff): what a release must
+-- know about a waiter that joined with an acquisition request,
+-- "|<lease>|<slot>|<latch ms>|<latch key>", kept by each queue (q_append)
+-- and read back for its head (q_grant_note). grant_note makes one (nil: no
+-- latch, so no grant); grant_note_read reads one (v: the note, or anything
+-- else for none): lease, slot, latch lifetime (numbers) and latch key, or nil.
+local function grant_note(lease, slot, latch_ms, latch)
+    if tonumber(latch_ms) > 0 then
+        return '|' .. int_str(lease) .. '|' .. int_str(slot) .. '|' .. int_str(latch_ms) .. '|' .. latch
+    end
+    return nil
+end
+
+local function grant_note_read(v)
+    if type(v) ~= 'string' then
+        return nil
+    end
+    local lease, slot, latch_ms, latch = string.match(v, '^|(%d+)|(%d+)|(%d+)|(.+)$')
+    if not lease then
+        return nil
+    end
+    return tonumber(lease), tonumber(slot), tonumber(latch_ms), latch
+end
+
 -- Fencing tokens are exact up to 2^53 = 9007199254740992 (issue 30): a
 -- Lua number is a double, so an INCR reply past 2^53 comes back rounded
 -- (2^53 + 1 reads as 2^53, a token already given out). TOKEN_END is that

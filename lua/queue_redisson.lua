@@ -232,7 +232,7 @@ local function q_remove(owner, wait)
 end
 
 -- q_append: owner joins at the tail with an absolute deadline (tail, its
--- deadline: from q_tail, unused here). note: its handoff note (q_note) or
+-- deadline: from q_tail, unused here). note: its handoff note (grant_note) or
 -- nil; rel: its deadline less the caller's now.
 local function q_append(owner, deadline, _, _, note, rel)
     FRONT_OK = false
@@ -256,29 +256,12 @@ end
 
 -- Direct handoff (issue 23; on this engine only to this library's waiters,
 -- issue 33: a Java waiter is woken and takes the lock itself, as in
--- Redisson). q_note is the note a lock waiter joins with; q_grant_note
--- (owner) reads it back: lease, slot, latch lifetime (numbers) and latch
--- key, or nil when owner joined without one.
-local HANDOFF = true
-
-local function q_note(lease, slot, latch_ms, latch)
-    if tonumber(latch_ms) > 0 then
-        return '|' .. int_str(lease) .. '|' .. int_str(slot) .. '|' .. int_str(latch_ms) .. '|' .. latch
-    end
-    return nil
-end
-
+-- Redisson): q_grant_note(owner) reads back the note (grant_note,
+-- latch_common.lua) owner joined with: lease, slot, latch lifetime and latch
+-- key, or nil when owner joined without one or is a Java client's.
 local function q_grant_note(owner)
     if not q_noted(owner) then
         return nil
     end
-    local v = redis.call('hget', notes, owner)
-    if type(v) ~= 'string' then
-        return nil
-    end
-    local lease, slot, latch_ms, latch = string.match(v, '^|(%d+)|(%d+)|(%d+)|(.+)$')
-    if not lease then
-        return nil
-    end
-    return tonumber(lease), tonumber(slot), tonumber(latch_ms), latch
+    return grant_note_read(redis.call('hget', notes, owner))
 end

@@ -343,29 +343,13 @@ local function q_append(owner, deadline, tail, td, note)
         'p:' .. owner, '', 'n:' .. owner, '', 'd:' .. owner, 0, 's:' .. owner, '1' .. note, 'hs', 1, 'ts', 1)
 end
 
--- Direct handoff (issue 23; this engine only: queue_redisson.lua's
--- q_grant_note always says no). q_note is the note a lock waiter joins with;
--- q_grant_note(owner) reads it back: lease, slot, latch lifetime (numbers)
--- and latch key, or nil when owner joined without one.
-local HANDOFF = true
-
-local function q_note(lease, slot, latch_ms, latch)
-    if tonumber(latch_ms) > 0 then
-        return '|' .. int_str(lease) .. '|' .. int_str(slot) .. '|' .. int_str(latch_ms) .. '|' .. latch
-    end
-    return nil
-end
-
+-- Direct handoff (issue 23): q_grant_note(owner) reads back the note
+-- (grant_note, latch_common.lua) owner joined with, kept after its join
+-- sequence in s:<o>: lease, slot, latch lifetime and latch key, or nil when
+-- owner joined without one.
 local function q_grant_note(owner)
     local v = redis.call('hget', sq, 's:' .. owner)
-    if type(v) ~= 'string' then
-        return nil
-    end
-    local lease, slot, latch_ms, latch = string.match(v, '^%d+|(%d+)|(%d+)|(%d+)|(.+)$')
-    if not lease then
-        return nil
-    end
-    return tonumber(lease), tonumber(slot), tonumber(latch_ms), latch
+    return grant_note_read(type(v) == 'string' and string.match(v, '^%d+(|.+)$'))
 end
 
 -- q_noted: every waiter of this engine is this library's and takes a note

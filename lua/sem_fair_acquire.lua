@@ -153,7 +153,7 @@ if queue then
     if not queued then
         -- with a latch, the handoff note: what a release needs to grant
         -- the permits to this request directly (queue_scalable.lua)
-        join(owner, wait, NOW, q_note(lease, wait, ARGV[5], KEYS[9]))
+        join(owner, wait, NOW, grant_note(lease, wait, ARGV[5], KEYS[9]))
         sem_want_store(owner, n)
         joined = 1
     end

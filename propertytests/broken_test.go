@@ -58,8 +58,8 @@ var brokenVariants = []brokenVariant{
 		// issue 33: the Redisson engine's release grants the lock only to
 		// this library's heads; a Java client reads only "0"
 		name: "a release grants the lock to a Java client's head", machine: fairMachine, file: wire.FileFairUnlock,
-		old:  "    if not q_noted(owner) then\n        return nil\n    end\n    local v = redis.call('hget', notes, owner)",
-		new:  "    local v = redis.call('hget', notes, owner)",
+		old:  "    if not q_noted(owner) then\n        return nil\n    end\n    return grant_note_read(redis.call('hget', notes, owner))",
+		new:  "    return grant_note_read(redis.call('hget', notes, owner))",
 		more: [][2]string{{"    if not q_noted(owner) then\n        return\n    end\n    if not note then", "    if not note then"}},
 	},
 	{

@@ -135,7 +135,7 @@ func TestLargeNumbersWrittenExactly(t *testing.T) {
 			assert.Equal(t, bigToken+1, tok)
 			assert.Equal(t, "held:"+strconv.FormatInt(bigToken+1, 10), rdb.Get(ctx, k.AcquireLatch("r1")).Val())
 		}},
-		// q_note: the join's handoff note keeps the lease, the slot and the
+		// grant_note: the join's handoff note keeps the lease, the slot and the
 		// latch lifetime; a release reads them back to grant.
 		tcase{"scalable: join note with a lease and a slot past 1e14", func(t *testing.T, ctx context.Context, b *redistest.Backend, rdb *redis.Client, k wire.Keys) {
 			x := args("x:1", "")
