@@ -63,15 +63,6 @@ var brokenVariants = []brokenVariant{
 		more: [][2]string{{"    if not q_noted(owner) then\n        return\n    end\n    if not note then", "    if not note then"}},
 	},
 	{
-		// issue 33: a late copy of a granted request claimed the grant by
-		// setting the lock's TTL to its lease, which cut short a longer
-		// lease a re-entry had set since (waking nobody; and the client,
-		// which trusts the re-entry's lease, would outlive the key)
-		name: "a grant's claim shortens the lease", machine: fairMachine, file: wire.FileFairTryLockWait,
-		old: "                if pttl >= 0 and pttl < tonumber(lease) then\n                    redis.call('pexpire', lock, lease)\n                end",
-		new: "                redis.call('pexpire', lock, lease)",
-	},
-	{
 		// issue 33: a pruned waiter's handoff note must go with it
 		name: "a pruned head's handoff note is kept", machine: fairMachine, file: wire.FileFairTryLockWait,
 		old: "        redis.call('zrem', timeouts, head)\n        q_drop_note(head)\n",
