@@ -332,6 +332,45 @@ func (s *semSeq) fairGranted(t *rapid.T, desc, owner string, n int64) {
 	}
 }
 
+// fairStep runs one call of the fair semaphore and counts against the
+// pool the permits it granted to others than its caller: a release, a
+// give-up, a pool change or an acquisition may grant the head's request
+// directly (sem_fair_release.lua's handoff; the head claims the grant
+// later, with a copy of its request). Such a grant shows as a holder that
+// was not one before the call; unseen, a later copy of the request, answered
+// from the hold, would look like a new grant (and a direct grant beyond the
+// pool would pass unchecked).
+func (s *semSeq) fairStep(t *rapid.T, call func()) {
+	before := s.fairHolders()
+	call()
+	for o, v := range s.fairHolders() {
+		if _, was := before[o]; was {
+			continue
+		}
+		if _, known := s.held[o]; known {
+			continue // the caller's own grant, counted by fairGranted
+		}
+		n, ok := validCount(v)
+		if !ok {
+			continue
+		}
+		s.held[o] = n
+		if sum := s.sumHeld(); sum > s.pool {
+			t.Fatalf("over-grant on %s: %s was granted %d permits directly by %s and the holds granted add up to %d permits, the pool is %d (held: %v)\ndamage: %s\nstate now:\n%scalls:\n  %s",
+				s.tg.name(), o, n, s.calls[len(s.calls)-1], sum, max(s.pool, 0), s.held, orNone(s.applied), s.snapshot(), strings.Join(s.calls, "\n  "))
+		}
+	}
+}
+
+// fairHolders reads the holders hash (nil when it is not one).
+func (s *semSeq) fairHolders() map[string]string {
+	m, err := s.rdb.HGetAll(s.ctx, s.fk.Holders).Result()
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
 func (s *semSeq) fairHolds(owner string) bool {
 	n, err := s.rdb.HExists(s.ctx, s.fk.Holders, owner).Result()
 	return err == nil && n
@@ -762,16 +801,19 @@ func semFairSeq(fs *wire.SemFairScripts) func(s *semSeq, rt *rapid.T) {
 		}
 		// Build: holders, then waiters, then anything.
 		for range rapid.IntRange(2, 12).Draw(rt, "build steps") {
-			switch rapid.SampledFrom([]string{"acquire", "acquire", "acquire", "release", "leave", "abandon"}).Draw(rt, "build op") {
-			case "acquire":
-				s.fairAcquire(rt)
-			case "release":
-				s.fairRelease(rt, s.drawFairOwner(rt))
-			case "leave":
-				s.fairLeave(rt, s.drawFairOwner(rt))
-			default:
-				s.fairAbandon(rt)
-			}
+			op := rapid.SampledFrom([]string{"acquire", "acquire", "acquire", "release", "leave", "abandon"}).Draw(rt, "build op")
+			s.fairStep(rt, func() {
+				switch op {
+				case "acquire":
+					s.fairAcquire(rt)
+				case "release":
+					s.fairRelease(rt, s.drawFairOwner(rt))
+				case "leave":
+					s.fairLeave(rt, s.drawFairOwner(rt))
+				default:
+					s.fairAbandon(rt)
+				}
+			})
 		}
 		s.damage(rt, semFairDamages)
 		s.checkin = true
@@ -781,7 +823,7 @@ func semFairSeq(fs *wire.SemFairScripts) func(s *semSeq, rt *rapid.T) {
 		}
 		for round := range 2 {
 			for _, i := range rapid.Permutation(idx).Draw(rt, "order "+strconv.Itoa(round)) {
-				semFairCalls[i].run(s, rt)
+				s.fairStep(rt, func() { semFairCalls[i].run(s, rt) })
 			}
 		}
 		s.checkin, s.recovering = false, true
@@ -1727,4 +1769,44 @@ func requireCorruptSemCaught(t *testing.T, seq func(s *semSeq, rt *rapid.T)) {
 			t.Fatalf("not caught in %d rounds", corruptCaughtRounds)
 		})
 	}
+}
+
+// The over-grant check counts the permits a release grants directly (a
+// red run of TestCorruptSemFair, seed 6662108627184265262: a later copy of
+// a request, answered from a hold a release had granted while the pool was
+// larger, looked like a new grant beyond the shrunk pool). Shown able to
+// fail: a release that hands permits to a head that does not fit in the
+// free ones is caught, on a state damaged or not (the check as it was let
+// it pass in 300 sequences).
+func TestCorruptSemFairCatchesADirectOverGrant(t *testing.T) {
+	redistest.Long(t)
+	const old = "if not head or head == caller or grace <= 0 or not res_free(head) then"
+	if n := strings.Count(wire.SemFairSource(wire.FileSemFairRelease), old); n != 1 {
+		t.Fatalf("%q occurs %d times in %s", old, n, wire.FileSemFairRelease)
+	}
+	broken := wire.EditSemFair(func(file, src string) string {
+		return strings.Replace(src, old, "if not head or head == caller or grace <= 0 or res_doomed(head) then", 1)
+	})
+	setFlag(t, "rapid.nofailfile", "true")
+	setFlag(t, "rapid.shrinktime", "200ms")
+	tg := newMiniHangTarget(t)
+	for round := 1; round <= caughtRounds; round++ {
+		r := &recorder{name: t.Name()}
+		func() {
+			defer func() {
+				if p := recover(); p != nil && p != errFailNow {
+					panic(p)
+				}
+			}()
+			rapid.Check(r, semCorruptProp(tg, newSemOutcomes(), semFairSeq(broken)))
+		}()
+		if r.Failed() {
+			if !strings.Contains(r.first(), "permits directly by") {
+				t.Fatalf("caught, but not as a direct over-grant: %s", r.first())
+			}
+			t.Logf("caught in round %d: %s", round, r.first())
+			return
+		}
+	}
+	t.Fatalf("a release granting beyond the free permits was not caught in %d rounds", caughtRounds)
 }
