@@ -415,8 +415,8 @@ func TestInspectHeldWithQueue(t *testing.T) {
 		t.Log("\n" + s)
 		assert.Regexp(t, `(?m)^holder: `+regexp.QuoteMeta(holder)+`  holds 1  lease \S+ left$`, s)
 		assert.Regexp(t, `(?m)^queue:  2 waiting`, s)
-		assert.Regexp(t, `(?m)^  1  `+regexp.QuoteMeta(waiters[0])+` +\d\d:\d\d:\d\d\.\d{3}  +\d+m[\d.]+s$`, s)
-		assert.Regexp(t, `(?m)^  2  `+regexp.QuoteMeta(waiters[1])+` +\d\d:\d\d:\d\d\.\d{3}  +\d+m[\d.]+s$`, s)
+		assert.Regexp(t, `(?m)^  1  `+regexp.QuoteMeta(waiters[0])+` +\d\d:\d\d:\d\d\.\d{3}  +\d+m[\d.]+s +takes it$`, s)
+		assert.Regexp(t, `(?m)^  2  `+regexp.QuoteMeta(waiters[1])+` +\d\d:\d\d:\d\d\.\d{3}  +\d+m[\d.]+s +takes it$`, s)
 		assert.Contains(t, s, "problems: none")
 
 		// JSON, with flags before the name this time.
@@ -437,6 +437,7 @@ func TestInspectHeldWithQueue(t *testing.T) {
 			assert.Equal(t, i+1, w.Position)
 			assert.Equal(t, waiters[i], w.Owner)
 			assert.True(t, w.HasDeadline)
+			assert.False(t, w.Handoff, "joined without an acquisition request: it takes the lock itself")
 			assert.Equal(t, w.DeadlineMs-r.NowMs, w.LeftMs)
 			assert.Greater(t, w.LeftMs, slot-60_000, "the head waits about a lease plus a slot")
 			_, err := time.Parse(time.RFC3339, w.Deadline)

@@ -110,7 +110,7 @@ func TestInspectWatchText(t *testing.T) {
 		require.Len(t, frames, 3)
 
 		holderLine := `(?m)^holder: ` + regexp.QuoteMeta(holder) + `  holds 1  lease \S+ left$`
-		waiterLine := `(?m)^  1  ` + regexp.QuoteMeta(waiter) + ` +\d\d:\d\d:\d\d\.\d{3}  +\S+$`
+		waiterLine := `(?m)^  1  ` + regexp.QuoteMeta(waiter) + ` +\d\d:\d\d:\d\d\.\d{3}  +\S+ +(granted|takes it)$`
 		// Frame 1: held, nobody waiting, no grace; the Lock call's
 		// acquisition latch (granted, with fencing token).
 		assert.Regexp(t, holderLine, frames[0])

@@ -1,6 +1,7 @@
 package lockstate
 
 import (
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,8 +50,32 @@ func (s *State) decode(snap *snapshot) {
 	if scalableQueued {
 		s.scalableQueue(squeue)
 	}
+	s.handoffNotes(snap, squeue)
 	s.checkQueue()
 }
+
+// handoffNotes marks the waiters that joined with a handoff note
+// (latch_common.lua's grant_note, "|lease|slot|latch ms|latch key"): on the
+// Redisson engine in the notes hash (an entry may outlive its waiter when
+// Java's scripts pruned it: not a problem, only the head's is read), on the
+// scalable one after the join sequence in s:<owner>.
+func (s *State) handoffNotes(snap *snapshot, squeue map[string]string) {
+	var notes map[string]string
+	if snap.notes != nil {
+		notes = snap.notes.Val() // empty when the key is of another type
+	}
+	for i, w := range s.Queue {
+		v := notes[w.Owner]
+		if s.Engine == Scalable {
+			_, v, _ = strings.Cut(squeue["s:"+w.Owner], "|")
+			v = "|" + v
+		}
+		s.Queue[i].Handoff = noteRE.MatchString(v)
+	}
+}
+
+// noteRE is a handoff note (grant_note_read's pattern).
+var noteRE = regexp.MustCompile(`^\|\d+\|\d+\|\d+\|.+$`)
 
 // holders reads the lock hash and its PTTL.
 func (s *State) holders(hash map[string]string, pttl *redis.Cmd) {

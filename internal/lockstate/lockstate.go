@@ -74,6 +74,12 @@ type Waiter struct {
 	// LeftMs is DeadlineMs minus the reader's clock (State.NowMs);
 	// negative when the deadline has passed; 0 when there is no deadline.
 	LeftMs int64
+	// Handoff: the waiter joined with a handoff note (this library's
+	// client, with an acquisition request), so a release grants it the
+	// lock directly when it is the head (fair_common.lua's handoff): the
+	// notes hash on the Redisson engine, its s:<owner> field on the
+	// scalable one.
+	Handoff bool
 }
 
 // Grace is the fair lock's head grace key (fair_common.lua): the head's
@@ -95,6 +101,7 @@ const GraceMarginMs = 60_000
 // Keys are the names of the keys Read reads.
 type Keys struct {
 	Lock, Queue, Timeouts, ScalableQueue, Grace, Token string
+	Notes                                              string // the Redisson engine's handoff notes
 }
 
 // State is the state of one lock at one instant.
@@ -157,7 +164,7 @@ func newState(name string, now time.Time) *State {
 	return &State{Name: name, NowMs: now.UnixMilli(), Holders: []Holder{}, Queue: []Waiter{},
 		Unqueued: []Waiter{}, Problems: []Problem{},
 		Keys: Keys{Lock: k.Name, Queue: k.Queue, Timeouts: k.Timeouts, ScalableQueue: k.ScalableQueue(),
-			Grace: k.Grace(), Token: k.Token()}}
+			Grace: k.Grace(), Token: k.Token(), Notes: k.Notes()}}
 }
 
 // ok is false when a problem of severity Error is among ps.
@@ -193,6 +200,7 @@ type snapshot struct {
 	list      *redis.StringSliceCmd
 	zset      *redis.ZSliceCmd
 	squeue    *redis.MapStringStringCmd
+	notes     *redis.MapStringStringCmd // nil when not read
 	grace     *redis.StringCmd
 	gracePTTL *redis.Cmd
 	token     *redis.StringCmd
@@ -228,6 +236,9 @@ func queueReads(ctx context.Context, p redis.Pipeliner, k Keys) *snapshot {
 	s.list = p.LRange(ctx, k.Queue, 0, -1)
 	s.zset = p.ZRangeWithScores(ctx, k.Timeouts, 0, -1)
 	s.squeue = p.HGetAll(ctx, k.ScalableQueue)
+	if k.Notes != "" {
+		s.notes = p.HGetAll(ctx, k.Notes)
+	}
 	s.grace = p.Get(ctx, k.Grace)
 	s.gracePTTL = p.Do(ctx, "pttl", k.Grace)
 	s.token = p.Get(ctx, k.Token)

@@ -151,3 +151,47 @@ func TestProblems(t *testing.T) {
 		assert.ErrorIs(t, err, wire.ErrInvalidName)
 	})
 }
+
+// A waiter that joined with a handoff note (this library's client, with an
+// acquisition request) is marked; one that joined without a request, or a
+// Java client's (a version-4 id) on the Redisson engine, is not.
+func TestHandoffNotes(t *testing.T) {
+	const lib = "0000000c-0000-8000-8000-00000000000c:1" // version 8: this library's
+	const java = "0000000d-0000-4000-8000-00000000000d:1"
+	engines := []struct {
+		name string
+		set  wire.FairSet
+	}{{lockstate.Redisson, wire.Default().Fair()}, {lockstate.Scalable, wire.ScalableDefault().Fair()}}
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+				rdb := b.Client(t)
+				name := redistest.Prefix(t) + "{seats}:notes"
+				queueUp(t, rdb, e.set, name, 60_000, "h:1")
+				join := func(owner, req string) {
+					a := wire.Args{Owner: owner, LeaseMs: 30_000, WaitMs: 60_000, NowMs: time.Now().UnixMilli(), GraceMs: 5000}
+					if req != "" {
+						a.AcquireID, a.LatchMs = req, 60_000
+					}
+					ok, _, err := e.set.TryLockWait(testCtx(t), rdb, wire.KeysFor(name), a)
+					require.NoError(t, err)
+					require.False(t, ok)
+				}
+				join(lib, "a1")
+				join(java, "a2")
+				join("0000000c-0000-8000-8000-00000000000c:2", "") // no request: no grant to wait for
+				s, err := lockstate.Read(testCtx(t), rdb, name)
+				require.NoError(t, err)
+				require.Len(t, s.Queue, 3)
+				assert.True(t, s.Queue[0].Handoff, "this library's waiter with a request")
+				// The Redisson engine keeps notes only for version-8 ids
+				// (Java's waiters read every message as a number); the
+				// scalable engine has no Java waiters.
+				assert.Equal(t, e.name == lockstate.Scalable, s.Queue[1].Handoff, "a version-4 id with a request")
+				assert.False(t, s.Queue[2].Handoff, "a waiter without a request")
+				assert.Equal(t, "fairlock_notes:"+name, s.Keys.Notes, "the name has a hash tag: kept as it is")
+				assert.True(t, s.OK, "%v", s.Problems)
+			})
+		})
+	}
+}

@@ -279,6 +279,18 @@ func (k Keys) Grace() string {
 	return k.grace
 }
 
+// Notes is the Redisson engine's hash of handoff notes, owner -> note
+// (queue_redisson.lua; not in Redisson): named after the queue key as the
+// script names it, "fairlock_notes" and what follows "redisson_lock_queue"
+// ("fairlock_notes:{name}"); "" for a queue key of another shape.
+func (k Keys) Notes() string {
+	rest, ok := strings.CutPrefix(k.Queue, "redisson_lock_queue")
+	if !ok {
+		return ""
+	}
+	return "fairlock_notes" + rest
+}
+
 // FairSet is one fair-lock engine's scripts. Scripts.Fair is the
 // Redisson-compatible engine, ScalableScripts.Fair the scalable one.
 type FairSet struct {

@@ -66,6 +66,10 @@ type Waiter struct {
 	// LeftMs is DeadlineMs minus the inspector's clock; negative when
 	// the deadline has passed; 0 when there is no deadline.
 	LeftMs int64 `json:"left_ms"`
+	// Handoff: the waiter joined with a handoff note (this library's
+	// client, with an acquisition request): as the head, a release grants
+	// it the lock directly. Java's waiters take the lock themselves.
+	Handoff bool `json:"direct_handoff"`
 }
 
 // Kinds of state, as Report.Kinds names them (see internal/lockstate).
@@ -105,6 +109,7 @@ type Report struct {
 		Timeouts      string `json:"timeouts"`
 		ScalableQueue string `json:"scalable_queue"`
 		Grace         string `json:"grace"`
+		Notes         string `json:"notes"`
 	} `json:"keys"`
 	// Engine is "redisson" (queue list and timeout zset), "scalable"
 	// (fair.Scalable's linked list), "both" (an error), or "" when no
@@ -159,8 +164,8 @@ func Read(ctx context.Context, rdb redis.Cmdable, name string, now time.Time) (*
 		r.Venue = f.OtherVenue
 	}
 	k := wire.KeysFor(name)
-	r.Keys.Lock, r.Keys.Queue, r.Keys.Timeouts, r.Keys.ScalableQueue, r.Keys.Grace =
-		k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), k.Grace()
+	r.Keys.Lock, r.Keys.Queue, r.Keys.Timeouts, r.Keys.ScalableQueue, r.Keys.Grace, r.Keys.Notes =
+		k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), k.Grace(), k.Notes()
 	if s := f.Lock; s != nil {
 		r.Engine, r.Locked, r.LeaseMs = s.Engine, s.Locked, s.LeaseMs
 		r.Queue, r.Unqueued = waiters(s.Queue), waiters(s.Unqueued)
@@ -213,7 +218,7 @@ func kindProblems(f *lockstate.Found) []lockstate.Problem {
 func waiters(ws []lockstate.Waiter) []Waiter {
 	out := make([]Waiter, 0, len(ws))
 	for _, w := range ws {
-		x := Waiter{Position: w.Position, Owner: w.Owner, HasDeadline: w.HasDeadline}
+		x := Waiter{Position: w.Position, Owner: w.Owner, HasDeadline: w.HasDeadline, Handoff: w.Handoff}
 		if w.HasDeadline {
 			x.DeadlineMs, x.LeftMs = w.DeadlineMs, w.LeftMs
 			x.Deadline = stamp(w.DeadlineMs)

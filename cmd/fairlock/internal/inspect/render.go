@@ -105,6 +105,9 @@ func problemsOf(ps []lockstate.Problem) []Problem {
 // writeLock writes the lock's section: the reentrant, fenced or fair lock.
 func (r *Report) writeLock(b *strings.Builder, watch bool) {
 	keys := r.Keys.Lock + ", " + r.Keys.Queue + ", " + r.Keys.Timeouts
+	if r.Engine == "redisson" || r.Engine == "both" {
+		keys += ", " + r.Keys.Notes
+	}
 	if r.Engine == "scalable" || r.Engine == "both" {
 		keys += ", " + r.Keys.ScalableQueue
 	}
@@ -141,9 +144,9 @@ func (r *Report) writeLock(b *strings.Builder, watch bool) {
 		for _, q := range r.Queue {
 			pw, ow = max(pw, len(fmt.Sprint(q.Position))), max(ow, len(q.Owner))
 		}
-		fmt.Fprintf(b, "  %*s  %-*s  %-12s  %s\n", pw, "#", ow, "owner", "deadline", "left")
+		fmt.Fprintf(b, "  %*s  %-*s  %-12s  %-12s  %s\n", pw, "#", ow, "owner", "deadline", "left", "head gets the lock")
 		for _, q := range r.Queue {
-			fmt.Fprintf(b, "  %*d  %-*s  %-12s  %s\n", pw, q.Position, ow, q.Owner, deadline(q), left(q))
+			fmt.Fprintf(b, "  %*d  %-*s  %-12s  %-12s  %s\n", pw, q.Position, ow, q.Owner, deadline(q), left(q), handoff(q))
 		}
 	}
 	if r.Grace == nil && watch {
@@ -406,6 +409,14 @@ func deadline(w Waiter) string {
 		return "(none)"
 	}
 	return time.UnixMilli(w.DeadlineMs).UTC().Format("15:04:05.000")
+}
+
+// handoff says how the waiter gets the lock once it is the head.
+func handoff(w Waiter) string {
+	if w.Handoff {
+		return "granted"
+	}
+	return "takes it"
 }
 
 func left(w Waiter) string {
