@@ -237,20 +237,9 @@ func requireCaught(t *testing.T, name string, machine func(b backend, c *counts)
 			// grace starts without waking it" was missed 8 times in 80
 			// runs, before and after issue 20): each round has a fresh
 			// seed, and a variant must be caught within five.
-			for round := 1; round <= caughtRounds; round++ {
-				r := &recorder{name: t.Name()}
-				func() {
-					defer func() {
-						if p := recover(); p != nil && p != errFailNow {
-							panic(p)
-						}
-					}()
-					rapid.Check(r, machine(b, &c))
-				}()
-				if r.Failed() {
-					t.Logf("caught in round %d (%d sequences run, shrinking included): %s", round, c.sequences, r.first())
-					return
-				}
+			if round, first := caughtIn(t.Name(), machine(b, &c)); round > 0 {
+				t.Logf("caught in round %d (%d sequences run, shrinking included): %s", round, c.sequences, first)
+				return
 			}
 			t.Fatalf("the machine did not catch %q in %d sequences, %d steps", name, c.sequences, c.steps)
 		})
@@ -263,6 +252,27 @@ func requireCaught(t *testing.T, name string, machine func(b backend, c *counts)
 // probability 0.4 is missed in 20 rounds once in 27,000 runs (5 rounds let
 // one of them through in a CI run).
 const caughtRounds = 20
+
+// caughtIn runs prop under a recorder, a fresh seed a round, until a round
+// fails or caughtRounds have passed: the round that failed and its first
+// message, or 0 and "".
+func caughtIn(name string, prop func(*rapid.T)) (int, string) {
+	for round := 1; round <= caughtRounds; round++ {
+		r := &recorder{name: name}
+		func() {
+			defer func() {
+				if p := recover(); p != nil && p != errFailNow {
+					panic(p)
+				}
+			}()
+			rapid.Check(r, prop)
+		}()
+		if r.Failed() {
+			return round, r.first()
+		}
+	}
+	return 0, ""
+}
 
 func setFlag(t *testing.T, name, value string) {
 	f := flag.Lookup(name)

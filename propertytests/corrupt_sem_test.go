@@ -1790,23 +1790,12 @@ func TestCorruptSemFairCatchesADirectOverGrant(t *testing.T) {
 	setFlag(t, "rapid.nofailfile", "true")
 	setFlag(t, "rapid.shrinktime", "200ms")
 	tg := newMiniHangTarget(t)
-	for round := 1; round <= caughtRounds; round++ {
-		r := &recorder{name: t.Name()}
-		func() {
-			defer func() {
-				if p := recover(); p != nil && p != errFailNow {
-					panic(p)
-				}
-			}()
-			rapid.Check(r, semCorruptProp(tg, newSemOutcomes(), semFairSeq(broken)))
-		}()
-		if r.Failed() {
-			if !strings.Contains(r.first(), "permits directly by") {
-				t.Fatalf("caught, but not as a direct over-grant: %s", r.first())
-			}
-			t.Logf("caught in round %d: %s", round, r.first())
-			return
-		}
+	round, first := caughtIn(t.Name(), semCorruptProp(tg, newSemOutcomes(), semFairSeq(broken)))
+	if round == 0 {
+		t.Fatalf("a release granting beyond the free permits was not caught in %d rounds", caughtRounds)
 	}
-	t.Fatalf("a release granting beyond the free permits was not caught in %d rounds", caughtRounds)
+	if !strings.Contains(first, "permits directly by") {
+		t.Fatalf("caught, but not as a direct over-grant: %s", first)
+	}
+	t.Logf("caught in round %d: %s", round, first)
 }

@@ -98,20 +98,9 @@ func requireSemCaught(t *testing.T, name string, machine func(b semBackend) func
 	} {
 		t.Run(be.name, func(t *testing.T) {
 			b := be.b(t)
-			for round := 1; round <= caughtRounds; round++ {
-				r := &recorder{name: t.Name()}
-				func() {
-					defer func() {
-						if p := recover(); p != nil && p != errFailNow {
-							panic(p)
-						}
-					}()
-					rapid.Check(r, machine(b))
-				}()
-				if r.Failed() {
-					t.Logf("caught in round %d: %s", round, r.first())
-					return
-				}
+			if round, first := caughtIn(t.Name(), machine(b)); round > 0 {
+				t.Logf("caught in round %d: %s", round, first)
+				return
 			}
 			t.Fatalf("%q was not caught in %d rounds", name, caughtRounds)
 		})

@@ -60,11 +60,13 @@ func TestFreeLock(t *testing.T) {
 	})
 }
 
+// engines are the fair lock's two engines, by the name State.Engine gives.
+var engines = []struct {
+	name string
+	set  wire.FairSet
+}{{lockstate.Redisson, wire.Default().Fair()}, {lockstate.Scalable, wire.ScalableDefault().Fair()}}
+
 func TestBothEngines(t *testing.T) {
-	engines := []struct {
-		name string
-		set  wire.FairSet
-	}{{lockstate.Redisson, wire.Default().Fair()}, {lockstate.Scalable, wire.ScalableDefault().Fair()}}
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
@@ -158,10 +160,6 @@ func TestProblems(t *testing.T) {
 func TestHandoffNotes(t *testing.T) {
 	const lib = "0000000c-0000-8000-8000-00000000000c:1" // version 8: this library's
 	const java = "0000000d-0000-4000-8000-00000000000d:1"
-	engines := []struct {
-		name string
-		set  wire.FairSet
-	}{{lockstate.Redisson, wire.Default().Fair()}, {lockstate.Scalable, wire.ScalableDefault().Fair()}}
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
 			redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
