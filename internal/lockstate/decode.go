@@ -65,17 +65,20 @@ func (s *State) handoffNotes(snap *snapshot, squeue map[string]string) {
 		notes = snap.notes.Val() // empty when the key is of another type
 	}
 	for i, w := range s.Queue {
-		v := notes[w.Owner]
 		if s.Engine == Scalable {
-			_, v, _ = strings.Cut(squeue["s:"+w.Owner], "|")
-			v = "|" + v
+			s.Queue[i].Handoff = joinNoteRE.MatchString(squeue["s:"+w.Owner])
+		} else {
+			s.Queue[i].Handoff = noteRE.MatchString(notes[w.Owner])
 		}
-		s.Queue[i].Handoff = noteRE.MatchString(v)
 	}
 }
 
-// noteRE is a handoff note (grant_note_read's pattern).
-var noteRE = regexp.MustCompile(`^\|\d+\|\d+\|\d+\|.+$`)
+// noteRE is a handoff note (grant_note_read's pattern); joinNoteRE one
+// after a join sequence (queue_scalable.lua's q_grant_note).
+var (
+	noteRE     = regexp.MustCompile(`^\|\d+\|\d+\|\d+\|.+$`)
+	joinNoteRE = regexp.MustCompile(`^\d+\|\d+\|\d+\|\d+\|.+$`)
+)
 
 // holders reads the lock hash and its PTTL.
 func (s *State) holders(hash map[string]string, pttl *redis.Cmd) {
