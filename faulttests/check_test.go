@@ -298,7 +298,8 @@ func TestCheckResource(t *testing.T) {
 
 // The leftover check catches, on a real server, a lock without a TTL, a
 // latch that outlives its TTL, a queue entry of a client that did not die,
-// and a channel still subscribed; it accepts what may stay.
+// a handoff note of such a client (and a notes hash without a TTL), and a
+// channel still subscribed; it accepts what may stay.
 func TestCheckLeftovers(t *testing.T) {
 	redistest.Long(t)
 	e := NewSingle(t)
@@ -312,17 +313,20 @@ func TestCheckLeftovers(t *testing.T) {
 	admin.HSet(ctx, name, c.C.ID()+":1", 1) // a lock with no TTL
 	admin.Set(ctx, "redisson_unlock_latch:"+name+":x", "1", time.Hour)
 	admin.RPush(ctx, "redisson_lock_queue:"+name, c.C.ID()+":2")
+	notes := "fairlock_notes:" + name
+	admin.HSet(ctx, notes, c.C.ID()+":3", "|30000|60000|10000|fairlock_acquire_latch:x")
 	ps := admin.Subscribe(ctx, "redisson_lock__channel:"+name)
 	defer ps.Close()
 	if _, err := ps.Receive(ctx); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, e.CheckLeftovers(), "leftover", 4)
+	expect(t, e.CheckLeftovers(), "leftover", 6)
 
 	// what may stay: a lock whose lease runs, a fresh latch, a dead client's waiter
 	_ = ps.Close()
 	admin.PExpire(ctx, name, WatchdogLease)
 	admin.Expire(ctx, "redisson_unlock_latch:"+name+":x", LatchTTL)
+	admin.Expire(ctx, notes, 5*time.Minute)
 	c.dead.Store(true)
 	expect(t, e.CheckLeftovers(), "leftover", 0)
 }

@@ -530,6 +530,14 @@ func (e *Env) CheckLeftovers() []Violation {
 					bad("unknown seats key %s", k)
 					continue
 				}
+			case strings.HasPrefix(k, "fairlock_notes:"):
+				// the Redisson engine's handoff notes (owner -> note): an
+				// entry leaves with its waiter, and the hash expires 60 s
+				// past its latest waiter's deadline (lua/queue_redisson.lua)
+				if pttl < 0 {
+					bad("notes key %s has no TTL", k)
+				}
+				owners, _ = p.HKeys(ctx, k).Result()
 			case strings.HasPrefix(k, "redisson_lock_queue:"):
 				owners, _ = p.LRange(ctx, k, 0, -1).Result()
 			case strings.HasPrefix(k, "redisson_lock_timeout:"):
