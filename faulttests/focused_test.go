@@ -607,3 +607,47 @@ func TestFairGiveUpBeforeRejoin(t *testing.T) {
 		s.Check(t)
 	})
 }
+
+// A client whose network is cut (a host that lost its network: Kill) and
+// that is closed while a Lock of it waits gets ErrClosed from that Lock, as
+// Close promises: the cut is a network failure, which the wait rides out
+// within its outage budget, and Close ends the wait. The fault proxy's cut
+// was once an error of its own kind, which the lock took for a permanent
+// one: the wait ended at its first attempt, and its call, still awaiting
+// the give-back when Close came, returned the cut instead
+// (TestPositionFaults, FAULT_SEED=4788594480416065339: "a wait ended by
+// Close did not return ErrClosed").
+func TestCloseEndsTheWaitOfACutClient(t *testing.T) {
+	redistest.Long(t)
+	t.Parallel() // it mostly waits
+	eachKind(t, fairKinds, func(t *testing.T, k LockKind) {
+		e := NewSingle(t)
+		s := e.Script()
+		h := e.NewClient().Handle("L", k)
+		xc := e.NewClient()
+		x := xc.Handle("L", k)
+		const lease = 1500 * time.Millisecond
+		if err := s.LockWithLease(h, lease, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		leaseEnds := time.Now().Add(lease)
+		start := e.H.Now()
+		res := make(chan error, 1)
+		go func() { res <- s.Lock(x, 20*time.Second) }()
+		if !joinedSince(e, x, start, 5*time.Second) {
+			t.Fatal("x never queued")
+		}
+		e.Kill(xc)
+		// x attempts when h's lease ends, and meets the cut network.
+		time.Sleep(time.Until(leaseEnds) + 700*time.Millisecond)
+		xc.Close()
+		select {
+		case err := <-res:
+			if !errors.Is(err, fairlock.ErrClosed) {
+				t.Fatalf("x's Lock, waiting when its client was closed, returned %v, want ErrClosed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("x's Lock did not return after its client was closed")
+		}
+	})
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -37,8 +39,13 @@ func StartGroup(t testing.TB) *Group {
 	return g
 }
 
-// ErrCut is returned by Dialer while the group is cut.
-var ErrCut = errors.New("faultproxy: network cut")
+// ErrCut is returned by Dialer while the group is cut: the dial error a
+// host whose network is gone gets (a *net.OpError, ENETUNREACH), so that a
+// client treats it as it would a real one (a network failure, worth
+// retrying within its bounds), not as an error of another kind. Match it
+// with errors.Is.
+var ErrCut error = &net.OpError{Op: "dial", Net: "tcp",
+	Err: os.NewSyscallError("connect (faultproxy: network cut)", syscall.ENETUNREACH)}
 
 // Dialer is a go-redis Options.Dialer: it connects to addr through the
 // group's proxy for addr, starting that proxy on first use.
