@@ -76,9 +76,17 @@ func (p *positionTrack) report() {
 		return
 	}
 	pos := Position{Ahead: int(p.ahead.Ahead), Joined: p.ahead.Joined || p.lost, At: p.at}
+	// Between joins a place only moves up the queue, so a reading further
+	// back than the last one reported is older than it: an attempt's reply
+	// and a note (wire.Note) travel on two connections, and a note
+	// published before the attempt ran can arrive after its reply (or the
+	// reply after a later note). It is not reported.
+	if !pos.Joined && pos.Ahead >= 0 && p.n > 0 && pos.Ahead > p.samples[(p.n-1)%etaWindow].a {
+		return
+	}
 	// the rate is measured since the waiter's current place began: a join
-	// (or anything that moved it back) starts the samples again
-	if p.ahead.Joined || pos.Ahead < 0 || (p.n > 0 && pos.Ahead > p.samples[(p.n-1)%etaWindow].a) {
+	// starts the samples again
+	if p.ahead.Joined || pos.Ahead < 0 {
 		p.n = 0
 	}
 	if pos.Ahead >= 0 {

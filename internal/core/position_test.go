@@ -52,10 +52,19 @@ func TestPositionTrackReports(t *testing.T) {
 	if x := last(); x.ETA <= 0 || x.ETA > 9*8*time.Second {
 		t.Fatalf("windowed ETA %v", x.ETA)
 	}
-	p.lost = true // an attempt went unanswered: every later report says Joined
-	read(17, 8, false)
+	n := len(got)
+	read(17, 9, false) // further back than the last report, not joined: an older reading (a note that crossed a reply)
+	if len(got) != n {
+		t.Fatalf("a reading further back without a join was reported: %+v", last())
+	}
+	read(17, 7, false)
+	if x := last(); len(got) != n+1 || x.Ahead != 7 {
+		t.Fatalf("after the older reading: %d reports, last %+v", len(got)-n, x)
+	}
+	p.lost = true      // an attempt went unanswered: every later report says Joined
+	read(17, 8, false) // Joined now: it may have joined again, further back
 	read(18, 7, false)
-	if !got[len(got)-2].Joined || !last().Joined {
+	if !got[len(got)-2].Joined || !last().Joined || got[len(got)-2].Ahead != 8 {
 		t.Fatalf("after an unanswered attempt: %+v", got[len(got)-2:])
 	}
 	read(19, -1, false) // unknown
