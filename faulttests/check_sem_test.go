@@ -161,6 +161,25 @@ func TestCheckSemDeadHolders(t *testing.T) {
 		h.Probes = []SemProbe{p}
 		expect(t, CheckSemDeadHolders(h), "sem-dead-holder", c.want)
 	}
+	// A release's direct grant to the dead client's queued request, made
+	// after the death (at 12.5 s, for min(lease, 2 head graces) = 3 s): the
+	// probe reads it again a slack after its end.
+	granted := 1_000_012_500 + min(3*s, 2*HeadGrace).Milliseconds()
+	for _, c := range []struct {
+		end, again, againNow int64
+		want                 int
+	}{
+		{granted, -1, granted + 1000, 0},               // given back when it ended
+		{granted, granted - 100, granted + 1000, 0},    // an expired score not yet reclaimed
+		{granted, granted + 3000, granted + 1000, 1},   // renewed: not a grant nobody claims
+		{granted, 0, 0, 1},                             // not read again: no evidence it ended
+		{1_000_010_000 + 60_000, -1, 1_000_071_000, 1}, // a minute left at the read: no grant is that long
+	} {
+		p.LeaseEnd, p.Again, p.AgainNow = c.end, c.again, c.againNow
+		h.Probes = []SemProbe{p}
+		expect(t, CheckSemDeadHolders(h), "sem-dead-holder", c.want)
+	}
+	p.Again, p.AgainNow = 0, 0
 	// a failed read is no evidence
 	p.LeaseEnd, p.Err = 1_000_010_000+60_000, "read failed"
 	h.Probes = []SemProbe{p}

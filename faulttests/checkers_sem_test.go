@@ -352,13 +352,29 @@ func CheckSemLiveness(h *History) []Violation {
 // death (the probe's server clock less the time since the death) + lease +
 // DeadSlack. A probe that could not read is no evidence and is left out
 // (Summary counts them).
+//
+// One exception, by design: a fair acquisition queued when its client died
+// stays queued (the client cannot leave), and a release may grant it the
+// permits directly once it is the head (sem_fair_release.lua's handoff),
+// for min(its lease, two head graces), a grant nobody claims. Such a hold
+// began after the death, and it is the last: the grantee left the queue.
+// So a later lease end is accepted when that hold began after the death
+// and is no longer than a grant (lease end - the grant's length >= the
+// death, and at most a grant's length left at the read), and the probe's
+// second read, DeadSlack after that lease end, finds the permits given
+// back (the grant was neither renewed nor made again).
 func CheckSemDeadHolders(h *History) []Violation {
 	var vs []Violation
+	grant := func(p SemProbe) int64 { return min(p.Lease, 2*HeadGrace).Milliseconds() }
 	for _, p := range h.Probes {
 		if p.Err != "" || p.LeaseEnd < 0 {
 			continue
 		}
 		died := p.ServerNow - (p.At - p.Died).Milliseconds()
+		if p.LeaseEnd-grant(p) >= died && p.LeaseEnd-p.ServerNow <= grant(p) &&
+			p.AgainNow != 0 && (p.Again < 0 || p.Again <= p.AgainNow) {
+			continue // a direct grant after the death, over and not renewed
+		}
 		if lim := died + (p.Lease + DeadSlack).Milliseconds(); p.LeaseEnd > lim {
 			check := "sem-dead-holder"
 			if h.Locks[p.Lock] == SeatsVenue {

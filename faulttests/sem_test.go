@@ -384,12 +384,21 @@ type SemProbe struct {
 	At          time.Duration // when the read's reply came
 	ServerNow   int64         // the server's clock at the read, Unix ms
 	LeaseEnd    int64         // Unix ms, -1: none
-	Err         string        // the read failed (no evidence)
+	// Again is a second read, made DeadSlack after LeaseEnd when that is
+	// past the death + lease (a release's direct grant to the dead
+	// client's queued request, made after the death): the lease end then
+	// (-1: none), and the server's clock at it. AgainNow 0: not read.
+	Again, AgainNow int64
+	Err             string // the read failed (no evidence)
 }
 
 func (p SemProbe) String() string {
-	return fmt.Sprintf("PROBE c%d %s on %s (died %s, lease %v) read at %s: lease end %d, server now %d %s",
-		p.Client, short(p.Owner), p.Lock, ts(p.Died), p.Lease, ts(p.At), p.LeaseEnd, p.ServerNow, p.Err)
+	again := ""
+	if p.AgainNow != 0 {
+		again = fmt.Sprintf(", read again: lease end %d, server now %d", p.Again, p.AgainNow)
+	}
+	return fmt.Sprintf("PROBE c%d %s on %s (died %s, lease %v) read at %s: lease end %d, server now %d%s %s",
+		p.Client, short(p.Owner), p.Lock, ts(p.Died), p.Lease, ts(p.At), p.LeaseEnd, p.ServerNow, again, p.Err)
 }
 
 // probeScript reads the server's clock and the latest score of ARGV's
@@ -460,20 +469,33 @@ func (e *Env) probe(pr SemProbe, key string, members []any) {
 	go func() {
 		defer e.probes.Done()
 		time.Sleep(pr.Died + pr.Lease + DeadSlack - e.H.Now())
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			v, err := probeScript.Run(ctx, rdb, []string{key}, members...).Int64Slice()
-			cancel()
-			if err == nil && len(v) == 2 {
-				pr.At, pr.ServerNow, pr.LeaseEnd = e.H.Now(), v[0], v[1]
-				break
+		read := func() (now, end int64, err error) {
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				v, err := probeScript.Run(ctx, rdb, []string{key}, members...).Int64Slice()
+				cancel()
+				if err == nil && len(v) == 2 {
+					return v[0], v[1], nil
+				}
+				if time.Now().After(deadline) {
+					return 0, 0, fmt.Errorf("read failed: %v %v", err, v)
+				}
+				time.Sleep(200 * time.Millisecond)
 			}
-			if time.Now().After(deadline) {
-				pr.At, pr.Err = e.H.Now(), fmt.Sprintf("read failed: %v %v", err, v)
-				break
+		}
+		now, end, err := read()
+		pr.At = e.H.Now()
+		if err != nil {
+			pr.Err = err.Error()
+		} else {
+			pr.ServerNow, pr.LeaseEnd = now, end
+			if died := now - (pr.At - pr.Died).Milliseconds(); end > died+(pr.Lease+DeadSlack).Milliseconds() {
+				time.Sleep(time.Duration(end-now)*time.Millisecond + DeadSlack)
+				if now, end, err := read(); err == nil {
+					pr.AgainNow, pr.Again = now, end
+				}
 			}
-			time.Sleep(200 * time.Millisecond)
 		}
 		e.H.Update(func() { e.H.Probes = append(e.H.Probes, pr) })
 	}()
