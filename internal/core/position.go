@@ -81,12 +81,14 @@ func (p *positionTrack) report() {
 	// and a note (wire.Note) travel on two connections, and a note
 	// published before the attempt ran can arrive after its reply (or the
 	// reply after a later note). It is not reported.
-	if !pos.Joined && pos.Ahead >= 0 && p.n > 0 && pos.Ahead > p.samples[(p.n-1)%etaWindow].a {
+	back := pos.Ahead >= 0 && p.n > 0 && pos.Ahead > p.samples[(p.n-1)%etaWindow].a
+	if back && !pos.Joined {
 		return
 	}
 	// the rate is measured since the waiter's current place began: a join
-	// starts the samples again
-	if p.ahead.Joined || pos.Ahead < 0 {
+	// (or, after an unanswered attempt, a place further back) starts the
+	// samples again
+	if p.ahead.Joined || pos.Ahead < 0 || back {
 		p.n = 0
 	}
 	if pos.Ahead >= 0 {

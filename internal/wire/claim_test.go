@@ -20,18 +20,12 @@ import (
 // Redisson engine the waiter is one of this library's (version-8 client id).
 func TestClaimNeverShortensTheLease(t *testing.T) {
 	const waiter = "0000000c-0000-8000-8000-00000000000c:1"
-	args := func(owner, req string, lease int64) wire.Args {
-		return wire.Args{Owner: owner, LeaseMs: lease, WaitMs: 60000, NowMs: time.Now().UnixMilli(),
-			GraceMs: 5000, AcquireID: req, LatchMs: 10000}
-	}
+	args := fairArgs
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		rdb := b.Client(t)
-		for _, e := range []struct {
-			name string
-			fs   wire.FairSet
-		}{{"redisson", wire.Default().Fair()}, {"scalable", wire.ScalableDefault().Fair()}} {
+		for _, e := range fairEngines() {
 			t.Run(e.name, func(t *testing.T) {
 				k := wire.KeysFor(redistest.Prefix(t) + "lock")
 				ok, _, err := e.fs.TryLockToken(ctx, rdb, k, args("h:1", "h1", 30000))

@@ -47,16 +47,27 @@ func subscribe(t *testing.T, ctx context.Context, rdb *redis.Client, channel str
 	}
 }
 
+// fairEngine is one of the fair lock's two engines.
+type fairEngine struct {
+	name string
+	fs   wire.FairSet
+}
+
+// fairEngines are both.
+func fairEngines() []fairEngine {
+	return []fairEngine{{"redisson", wire.Default().Fair()}, {"scalable", wire.ScalableDefault().Fair()}}
+}
+
+// fairArgs are a fair call's arguments: a 60 s wait slot, a 5 s grace, an
+// acquisition request req ("": none) with a 10 s latch.
+func fairArgs(owner, req string, lease int64) wire.Args {
+	return wire.Args{Owner: owner, LeaseMs: lease, WaitMs: 60000, NowMs: time.Now().UnixMilli(),
+		GraceMs: 5000, AcquireID: req, LatchMs: 10000}
+}
+
 func TestLargeNumbersWrittenExactly(t *testing.T) {
-	type engine struct {
-		name string
-		fs   wire.FairSet
-	}
-	engines := []engine{{"redisson", wire.Default().Fair()}, {"scalable", wire.ScalableDefault().Fair()}}
-	args := func(owner, req string) wire.Args {
-		return wire.Args{Owner: owner, LeaseMs: 30000, WaitMs: 60000, NowMs: time.Now().UnixMilli(),
-			GraceMs: 5000, AcquireID: req, LatchMs: 10000}
-	}
+	engines := fairEngines()
+	args := func(owner, req string) wire.Args { return fairArgs(owner, req, 30000) }
 	type tcase struct {
 		name string
 		run  func(t *testing.T, ctx context.Context, b *redistest.Backend, rdb *redis.Client, k wire.Keys)
@@ -228,18 +239,12 @@ func TestLargeNumbersWrittenExactly(t *testing.T) {
 func TestTokenRangeEnd(t *testing.T) {
 	const end = int64(1) << 53
 	endS := strconv.FormatInt(end, 10)
-	args := func(owner, req string) wire.Args {
-		return wire.Args{Owner: owner, LeaseMs: 30000, WaitMs: 60000, NowMs: time.Now().UnixMilli(),
-			GraceMs: 5000, AcquireID: req, LatchMs: 10000}
-	}
+	args := func(owner, req string) wire.Args { return fairArgs(owner, req, 30000) }
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		rdb := b.Client(t)
-		for _, e := range []struct {
-			name string
-			fs   wire.FairSet
-		}{{"redisson", wire.Default().Fair()}, {"scalable", wire.ScalableDefault().Fair()}} {
+		for _, e := range fairEngines() {
 			t.Run(e.name, func(t *testing.T) {
 				k := wire.KeysFor(redistest.Prefix(t) + "lock")
 				require.NoError(t, rdb.Set(ctx, k.Token(), end-1, 0).Err())
