@@ -304,24 +304,22 @@ func TestNoBusyPollingBehindFreeLock(t *testing.T) {
 	})
 }
 
-// countHook counts the scripts a client sends: every EVAL/EVALSHA, or with
-// sha set only that script's (by its hash, or by the file name its EVAL
-// source names).
+// countHook counts the script calls a client has run (wire.ScriptCall: EVAL,
+// EVALSHA or FCALL; not those the server did not run, which are sent again):
+// all, or with sha set only that script's.
 type countHook struct {
-	n    *atomic.Int64
-	sha  string
-	file string
+	n   *atomic.Int64
+	sha string
 }
 
 func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 1 && (cmd.Name() == "evalsha" || cmd.Name() == "eval") {
-			if s, _ := a[1].(string); h.sha == "" || s == h.sha || strings.Contains(s, h.file) {
-				h.n.Add(1)
-			}
+		err := next(ctx, cmd)
+		if s, isScript := wire.ScriptCall(cmd); isScript && !wire.NotRun(err) && (h.sha == "" || s == h.sha) {
+			h.n.Add(1)
 		}
-		return next(ctx, cmd)
+		return err
 	}
 }
 func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
@@ -563,9 +561,9 @@ func (h cancelAfterHook) DialHook(next redis.DialHook) redis.DialHook { return n
 func (h cancelAfterHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		// The script ran (not a NOSCRIPT reply, after which go-redis sends
-		// it again with EVAL): the caller sees a cancellation instead.
-		if strings.HasPrefix(cmd.Name(), "eval") && err == nil && h.armed.CompareAndSwap(true, false) {
+		// The script ran (not a reply the library sends it again after,
+		// wire.NotRun): the caller sees a cancellation instead.
+		if _, isScript := wire.ScriptCall(cmd); isScript && err == nil && h.armed.CompareAndSwap(true, false) {
 			h.cancel()
 			return ctx.Err()
 		}

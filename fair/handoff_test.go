@@ -34,7 +34,7 @@ func TestScalableHandoffGrantsWithoutAScript(t *testing.T) {
 
 		waiterRDB := b.Client(t)
 		var tries atomic.Int64
-		waiterRDB.AddHook(countHook{n: &tries, sha: wire.ScalableDefault().Script(wire.FileFairTryLockWait).Hash(), file: wire.FileFairTryLockWait})
+		waiterRDB.AddHook(countHook{n: &tries, sha: wire.ScalableDefault().Script(wire.FileFairTryLockWait).Hash()})
 		waiter := newMutex(t, newClient(t, waiterRDB, fairlock.WithHeadGrace(grace)), name, opt)
 		type res struct {
 			tok int64
@@ -224,8 +224,8 @@ type holdRenewHook struct {
 func (h holdRenewHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h holdRenewHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 1 && cmd.Name() == "evalsha" {
-			if s, _ := a[1].(string); s == h.sha {
+		if s, isScript := wire.ScriptCall(cmd); isScript {
+			if s == h.sha {
 				select {
 				case <-h.release:
 				case <-ctx.Done():
@@ -297,7 +297,7 @@ func TestScalableHandoffWakesTheNextWithoutAScript(t *testing.T) {
 		for i := range n {
 			wrdb := b.Client(t)
 			tries[i], recs[i], results[i] = new(atomic.Int64), &positions{}, make(chan error, 1)
-			wrdb.AddHook(countHook{n: tries[i], sha: sha, file: wire.FileFairTryLockWait})
+			wrdb.AddHook(countHook{n: tries[i], sha: sha})
 			ms[i] = newMutex(t, newClient(t, wrdb, fairlock.WithHeadGrace(grace)), name, opt)
 			go func() {
 				_, err := ms[i].Acquire(ctx, fair.AcquireOptions{Wait: fair.Forever, Position: recs[i].add})

@@ -223,7 +223,7 @@ func (h delayHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h delayHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if n := strings.ToLower(cmd.Name()); n == "evalsha" || n == "eval" {
+		if _, isScript := wire.ScriptCall(cmd); isScript {
 			time.Sleep(h.d)
 		}
 		return next(ctx, cmd)
@@ -254,14 +254,15 @@ func TestWritePauseDoesNotGiveAwayTheHeadsTurn(t *testing.T) {
 		const grace, pause = 5 * time.Second, 8 * time.Second
 		name := redistest.Prefix(t) + "lock"
 		admin := srv.Backend().Client(t)
-		set := wire.Default().Fair()
+		set, release := wire.Default().Fair(), wire.Default().Script(wire.FileFairForceUnlock)
 		if e.name == "scalable" {
-			set = wire.ScalableDefault().Fair()
+			set, release = wire.ScalableDefault().Fair(), wire.ScalableDefault().Script(wire.FileFairForceUnlock)
 		}
 		keys := wire.KeysFor(name)
 		rel := wire.Args{NowMs: time.Now().UnixMilli(), GraceMs: grace.Milliseconds()}
-		// Load the release script (a pipeline does not fall back to EVAL).
-		_, err := set.ForceUnlock(ctx, admin, wire.KeysFor(name+":warm"), rel)
+		// Load the release script: in a pipeline it is sent with EVALSHA,
+		// which does not fall back to EVAL there.
+		err := release.Load(ctx, admin).Err()
 		require.NoError(t, err)
 
 		h := newMutex(t, kindClient(t, srv, k), name, e.opt)

@@ -100,7 +100,7 @@ func (p *probe) evalUsec(b *testing.B) (usec, calls, inner int64) {
 		if !ok || !strings.HasPrefix(line, "cmdstat_") {
 			continue
 		}
-		script := name == "evalsha" || name == "eval"
+		script := name == "evalsha" || name == "eval" || name == "fcall"
 		switch {
 		case script:
 		case name == "info", strings.HasPrefix(name, "slowlog"), name == "config", strings.HasPrefix(name, "config|"),
@@ -166,7 +166,7 @@ func (p *probe) end(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	for _, e := range entries {
-		if len(e.Args) > 0 && (e.Args[0] == "evalsha" || e.Args[0] == "eval") {
+		if len(e.Args) > 0 && (e.Args[0] == "evalsha" || e.Args[0] == "eval" || e.Args[0] == "fcall") {
 			p.max = max(p.max, e.Duration)
 			p.logged = append(p.logged, e.Duration)
 		}

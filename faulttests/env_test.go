@@ -3,7 +3,6 @@ package faulttests
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -284,8 +283,8 @@ func (joinHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 }
 func (hk joinHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		name := cmd.Name()
-		if name != "evalsha" && name != "eval" {
+		sha, isScript := wire.ScriptCall(cmd)
+		if !isScript {
 			return next(ctx, cmd)
 		}
 		if a, ok := ctx.Value(semAttemptKey{}).(*semAttempt); ok {
@@ -297,12 +296,6 @@ func (hk joinHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		args := cmd.Args()
 		if len(args) < 3 {
 			return next(ctx, cmd)
-		}
-		src := fmt.Sprint(args[1])
-		sha := src
-		if name == "eval" {
-			sum := sha1.Sum([]byte(src))
-			sha = hex.EncodeToString(sum[:])
 		}
 		join, leave := hk.e.joinSHA[sha], hk.e.leaveSHA[sha]
 		if !join && !leave {
@@ -324,7 +317,7 @@ func (hk joinHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		start := hk.e.H.Now()
 		err := next(ctx, cmd)
 		end := hk.e.H.Now()
-		if owner == nil {
+		if owner == nil || wire.NotRun(err) {
 			return err
 		}
 		if leave || err != nil {

@@ -2,8 +2,6 @@ package faulttests
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -144,11 +142,7 @@ func (hk joinHook) seatsProcess(ctx context.Context, cmd redis.Cmder, next redis
 	if len(args) < 3 {
 		return next(ctx, cmd)
 	}
-	sha := fmt.Sprint(args[1])
-	if cmd.Name() == "eval" {
-		sum := sha1.Sum([]byte(sha))
-		sha = hex.EncodeToString(sum[:])
-	}
+	sha, _ := wire.ScriptCall(cmd)
 	nk, _ := strconv.Atoi(fmt.Sprint(args[2]))
 	hk.e.mu.Lock()
 	ours := hk.e.seatsSHA[sha]

@@ -2,7 +2,6 @@ package faulttests
 
 import (
 	"context"
-	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
@@ -212,11 +211,7 @@ func (hk joinHook) semProcess(ctx context.Context, cmd redis.Cmder, next redis.P
 	if len(args) < 3 {
 		return next(ctx, cmd)
 	}
-	sha := fmt.Sprint(args[1])
-	if cmd.Name() == "eval" {
-		sum := sha1.Sum([]byte(sha))
-		sha = hex.EncodeToString(sum[:])
-	}
+	sha, _ := wire.ScriptCall(cmd)
 	hk.e.mu.Lock()
 	ours := hk.e.semSHA[sha]
 	hk.e.mu.Unlock()

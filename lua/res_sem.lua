@@ -32,7 +32,7 @@
 -- (removed) by the next script that runs on the semaphore, and a script
 -- that reclaims wakes the front of the queue, as a release does.
 
-local HOLDERS, LEASES, PERMITS, QUEUE, WANTS, GRACE_KEY
+local HOLDERS, LEASES, PERMITS, QUEUE_KEY, WANTS, GRACE_KEY
 -- RES_NOTES (fair_common.lua's wake_front): a waiter woken while the head
 -- cannot be granted is sent the sleep and place an attempt would reply
 -- ("s:<sleep ms>:<ahead>", res_blocked below) instead of a plain wake-up:
@@ -142,7 +142,7 @@ end
 -- anything (sem_guard; see docs/design.md). Returns an error reply, or
 -- nil.
 local function sem_init(holders, leases, permits, queue, wants, grace_key, token, checked)
-    HOLDERS, LEASES, PERMITS, QUEUE, WANTS, GRACE_KEY = holders, leases, permits, queue, wants, grace_key
+    HOLDERS, LEASES, PERMITS, QUEUE_KEY, WANTS, GRACE_KEY = holders, leases, permits, queue, wants, grace_key
     local t = redis.call('time')
     NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     if checked then
@@ -306,7 +306,7 @@ local function sem_expire(grace_margin, grace)
         if g > 0 then
             ends = math.max(ends, NOW + g - grace_margin)
         end
-        sem_keep(QUEUE, ends + SEM_QUEUE_KEEP)
+        sem_keep(QUEUE_KEY, ends + SEM_QUEUE_KEEP)
         sem_keep(WANTS, ends + SEM_QUEUE_KEEP)
     end
 end
@@ -419,9 +419,9 @@ end
 -- Returns whether owner is queued (as HEXISTS would say), then an error
 -- reply or nil.
 local function sem_guard(owner)
-    local v = redis.pcall('hmget', QUEUE, 'h', 'n:' .. (owner or ''))
+    local v = redis.pcall('hmget', QUEUE_KEY, 'h', 'n:' .. (owner or ''))
     if v.err then
-        return false, sem_wrong(QUEUE, v.err)
+        return false, sem_wrong(QUEUE_KEY, v.err)
     end
     local head = v[1]
     if head then

@@ -2,8 +2,6 @@ package multi_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -116,15 +114,10 @@ func (h *seatsHist) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 
 func (h *seatsHist) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		name := cmd.Name()
 		args := cmd.Args()
-		if (name != "evalsha" && name != "eval") || len(args) < 3 {
+		sha, isScript := wire.ScriptCall(cmd)
+		if !isScript {
 			return next(ctx, cmd)
-		}
-		sha := fmt.Sprint(args[1])
-		if name == "eval" {
-			sum := sha1.Sum([]byte(sha))
-			sha = hex.EncodeToString(sum[:])
 		}
 		file, ok := h.files[sha]
 		if !ok {
@@ -133,7 +126,7 @@ func (h *seatsHist) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		h.calls.Lock()
 		defer h.calls.Unlock()
 		if err := next(ctx, cmd); err != nil {
-			return err // NOSCRIPT (go-redis then sends EVAL) or an error: nothing written
+			return err // not run (wire.NotRun: sent again) or an error: nothing written
 		}
 		h.record(ctx, file, args, cmd)
 		return nil

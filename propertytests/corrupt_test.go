@@ -1094,10 +1094,13 @@ func (st *corruptStats) log(t *testing.T) {
 // redis-server: "ERR user_script:71: attempt to ... script: <sha>, on
 // @user_script:71." (a failed redis.call has no line before the message);
 // miniredis: "ERR Error compiling script (new function): :71: cannot
-// perform ... stack traceback: ...".
+// perform ... stack traceback: ...". A script run as a Redis Function
+// (wire, funclib.go) says "user_function" and "script: fairlock_<sha>"; its
+// line numbers are the library's, which has the shared functions first,
+// so they are kept as they are ("function:71").
 var (
-	shaRE  = regexp.MustCompile(`\s*script: [0-9a-f]{40}, on @user_script:(\d+)\.?`)
-	lineRE = regexp.MustCompile(`(user_script|^ERR ):(\d+):`)
+	shaRE  = regexp.MustCompile(`\s*script: (?:fairlock_)?[0-9a-f]{40}, on @(user_script|user_function):(\d+)\.?`)
+	lineRE = regexp.MustCompile(`(user_script|user_function|^ERR ):(\d+):`)
 )
 
 func normalizeLuaError(file, msg string) string {
@@ -1105,7 +1108,11 @@ func normalizeLuaError(file, msg string) string {
 	if m := shaRE.FindStringSubmatch(msg); m != nil {
 		msg = strings.Replace(msg, m[0], "", 1)
 		if !lineRE.MatchString(msg) {
-			msg += " (at " + line(m[1]) + ")"
+			if m[1] == "user_function" {
+				msg += " (at function:" + m[2] + ")"
+			} else {
+				msg += " (at " + line(m[2]) + ")"
+			}
 		}
 	}
 	msg = strings.Replace(msg, "Error compiling script (new function): ", "", 1)
@@ -1115,8 +1122,11 @@ func normalizeLuaError(file, msg string) string {
 	msg = strings.ReplaceAll(msg, "\n", " ")
 	return lineRE.ReplaceAllStringFunc(msg, func(m string) string {
 		sub := lineRE.FindStringSubmatch(m)
-		if sub[1] == "user_script" {
+		switch sub[1] {
+		case "user_script":
 			return line(sub[2]) + ":"
+		case "user_function":
+			return "function:" + sub[2] + ":"
 		}
 		return sub[1] + line(sub[2]) + ":"
 	})

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // The liveness property, stated once (issue 12): a live waiter W that is at
@@ -480,7 +482,7 @@ func (r replyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 func (r replyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		a, _ := ctx.Value(attemptKey{}).(*attempt)
-		if name := cmd.Name(); a == nil || (name != "evalsha" && name != "eval") {
+		if _, isScript := wire.ScriptCall(cmd); a == nil || !isScript {
 			return next(ctx, cmd)
 		}
 		start := time.Now()

@@ -18,6 +18,7 @@ import (
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/internal/redistest"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/reentrant"
 )
 
@@ -513,7 +514,7 @@ func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next
 func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+		if _, isScript := wire.ScriptCall(cmd); isScript && !wire.NotRun(err) {
 			h.done.Add(1)
 		}
 		return err

@@ -3,7 +3,6 @@ package reentrant_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock-go/fairlock/internal/redistest"
+	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/fairlock-go/fairlock/reentrant"
 )
 
@@ -32,12 +32,13 @@ func (h grantThenStallHook) DialHook(next redis.DialHook) redis.DialHook { retur
 func (h grantThenStallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if c, ok := cmd.(*redis.Cmd); ok && strings.HasPrefix(cmd.Name(), "eval") && err == nil {
+		_, isScript := wire.ScriptCall(cmd)
+		if c, ok := cmd.(*redis.Cmd); ok && isScript && err == nil {
 			if _, ttl := c.Val().(int64); ttl {
 				h.refused.Add(1)
 			}
 		}
-		if strings.HasPrefix(cmd.Name(), "eval") && acquired(cmd, err) && h.armed.CompareAndSwap(true, false) {
+		if isScript && acquired(cmd, err) && h.armed.CompareAndSwap(true, false) {
 			h.cancel()
 			select {
 			case <-time.After(h.stall):

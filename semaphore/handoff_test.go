@@ -30,12 +30,11 @@ func (c *acquireCounter) DialHook(next redis.DialHook) redis.DialHook { return n
 func (c *acquireCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	sha := wire.SemFairDefault().Script(wire.FileSemFairAcquire).Hash()
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) > 1 && (a[0] == "evalsha" || a[0] == "eval") {
-			if s, _ := a[1].(string); s == sha || a[0] == "eval" {
-				c.n.Add(1)
-			}
+		err := next(ctx, cmd)
+		if s, isScript := wire.ScriptCall(cmd); isScript && s == sha && !wire.NotRun(err) {
+			c.n.Add(1)
 		}
-		return next(ctx, cmd)
+		return err
 	}
 }
 

@@ -92,7 +92,7 @@ func oldRunner(lib Lib) Lib {
 }
 
 // counter counts the commands sent by the go-redis and rueidis clients of a
-// run, and remembers the slowest script call (EVAL/EVALSHA) when asked to.
+// run, and remembers the slowest script call (EVAL/EVALSHA/FCALL) when asked to.
 type counter struct {
 	n          atomic.Int64
 	timeScript atomic.Bool
@@ -153,7 +153,7 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return next(ctx, cmd)
 		}
 		switch cmd.Name() {
-		case "evalsha", "eval":
+		case "evalsha", "eval", "fcall":
 			t := time.Now()
 			err := next(ctx, cmd)
 			c.scriptTime(time.Since(t))

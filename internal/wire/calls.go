@@ -204,7 +204,7 @@ func (s *Scripts) Unlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args
 // ForceUnlock runs force_unlock.lua (reads PubCmd). It reports whether a
 // lock was deleted.
 func (s *Scripts) ForceUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, error) {
-	_, n, err := nilOrInt(s.Script(FileForceUnlock).Run(ctx, rdb, []string{k.Name, k.Channel, k.Queue, k.ScalableQueue()}, UnlockMessage, a.pubCmd()))
+	_, n, err := nilOrInt(s.call(ctx, rdb, FileForceUnlock, []string{k.Name, k.Channel, k.Queue, k.ScalableQueue()}, UnlockMessage, a.pubCmd()))
 	return n == 1, err
 }
 
@@ -232,7 +232,7 @@ func (s *Scripts) RenewEach(ctx context.Context, rdb redis.Scripter, names, owne
 	for _, o := range owners {
 		args = append(args, o)
 	}
-	v, err := s.Script(FileRenew).Run(ctx, rdb, names, args...).Int64Slice()
+	v, err := s.call(ctx, rdb, FileRenew, names, args...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}
@@ -307,10 +307,6 @@ func (f FairSet) Handoff() bool { return true }
 // Fair returns the Redisson-compatible fair engine's scripts of s.
 func (s *Scripts) Fair() FairSet { return FairSet{set: s} }
 
-func (f FairSet) script(file string) *redis.Script {
-	return f.set.Script(file)
-}
-
 // TryLock runs fair_try_lock.lua (reads Owner, LeaseMs, NowMs, WaitMs,
 // GraceMs, PubCmd, AcquireID, LatchMs). It never queues. TryLockToken also
 // reports the fencing token.
@@ -332,7 +328,7 @@ func (f FairSet) TryLockWait(ctx context.Context, rdb redis.Scripter, k Keys, a 
 // AcquireFailed runs fair_acquire_failed.lua (reads Owner, WaitMs, GraceMs,
 // PubCmd): the owner leaves the queue. Never refused.
 func (f FairSet) AcquireFailed(ctx context.Context, rdb redis.Scripter, k Keys, a Args) error {
-	err := f.script(FileFairAcquireFailed).Run(ctx, rdb,
+	err := f.set.call(ctx, rdb, FileFairAcquireFailed,
 		[]string{k.Queue, k.Timeouts, k.Name, k.Channel, k.ScalableQueue(), k.Grace()},
 		a.Owner, a.WaitMs, a.pubCmd(), UnlockMessage, a.GraceMs).Err()
 	if errors.Is(err, redis.Nil) {
@@ -354,7 +350,7 @@ func (f FairSet) Unlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args)
 // ForceUnlock runs fair_force_unlock.lua (reads NowMs, GraceMs, PubCmd). It
 // reports whether a lock was deleted. Never refused.
 func (f FairSet) ForceUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (bool, error) {
-	_, n, err := nilOrInt(f.script(FileFairForceUnlock).Run(ctx, rdb,
+	_, n, err := nilOrInt(f.set.call(ctx, rdb, FileFairForceUnlock,
 		[]string{k.Name, k.Queue, k.Timeouts, k.Channel, k.ScalableQueue(), k.Grace()},
 		UnlockMessage, a.NowMs, a.pubCmd(), a.GraceMs))
 	return n == 1, err

@@ -56,8 +56,9 @@ type processor interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
-// run sends the call: EVALSHA, and EVAL when the server does not have the
-// script (NOSCRIPT), as Script.Run does.
+// run sends the call: FCALL of the script's function on a Redis that has
+// Functions (funclib.go, fcall below), else EVALSHA, and EVAL when the
+// server does not have the script (NOSCRIPT), as Script.Run does.
 func (b *cmdBuf) run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
 	p, ok := rdb.(processor)
 	if !ok {
@@ -67,6 +68,14 @@ func (b *cmdBuf) run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
 			keys[i] = b.args[3+i].(string)
 		}
 		return sc.Run(ctx, rdb, keys, b.args[3+b.nkeys:]...)
+	}
+	if c, ok := rdb.(*redis.Client); ok {
+		if f := b.s.fn[b.file]; f != nil && !f.broken.Load() && functionsOK(c) {
+			if cmd, done := b.fcall(ctx, c, f); done {
+				return cmd
+			}
+			b.args[0], b.args[1] = "evalsha", b.s.boxedSha[b.file]
+		}
 	}
 	cmd := redis.NewCmd(ctx, b.args...)
 	if b.nkeys > 0 {
@@ -129,4 +138,15 @@ func boxInt(n int64) any {
 	b := &boxed{n: n, isInt: true, v: n}
 	boxSlots[i+uint64(boxFlip.Add(1)&1)].Store(b)
 	return b.v
+}
+
+// call runs file with keys and args as run does (FCALL, EVALSHA, EVAL), for
+// the scripts that do not build their arguments with cmd.
+func (s *Scripts) call(ctx context.Context, rdb redis.Scripter, file string, keys []string, args ...any) *redis.Cmd {
+	b := s.cmd(file, len(keys), len(args))
+	for _, k := range keys {
+		b.args = append(b.args, k)
+	}
+	b.args = append(b.args, args...)
+	return b.run(ctx, rdb)
 }

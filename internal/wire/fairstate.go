@@ -29,7 +29,7 @@ type FairStateReply struct {
 // listing at most first waiters. It writes nothing.
 func (s *Scripts) FairState(ctx context.Context, rdb redis.Scripter, k Keys, first int) (FairStateReply, error) {
 	var r FairStateReply
-	v, err := s.Script(FileFairState).Run(ctx, rdb,
+	v, err := s.call(ctx, rdb, FileFairState,
 		[]string{k.Name, k.Queue, k.Timeouts, k.ScalableQueue(), k.Token()}, first).Slice()
 	if err != nil {
 		return r, err

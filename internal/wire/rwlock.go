@@ -55,7 +55,7 @@ func WriterOwner(reader string) string { return reader + ":write" }
 // ReadAcquire runs rw_read_acquire.lua (reads Owner, the reader id, and
 // LeaseMs, AcquireID, LatchMs).
 func (s *Scripts) ReadAcquire(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
-	acquired, ttlMs, err = nilOrInt(s.Script(FileRWReadAcquire).Run(ctx, rdb,
+	acquired, ttlMs, err = nilOrInt(s.call(ctx, rdb, FileRWReadAcquire,
 		[]string{k.Name, k.RWTimeoutPrefix(a.Owner), a.acquireLatch(k)},
 		a.LeaseMs, a.Owner, WriterOwner(a.Owner), a.acquireLatchMs()))
 	return acquired, ttlMs, acquireErr(err)
@@ -64,7 +64,7 @@ func (s *Scripts) ReadAcquire(ctx context.Context, rdb redis.Scripter, k Keys, a
 // ReadUnlock runs rw_read_unlock.lua (reads Owner, the reader id, and
 // RequestID, LatchMs, PubCmd).
 func (s *Scripts) ReadUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
-	return unlockResult(s.Script(FileRWReadUnlock).Run(ctx, rdb,
+	return unlockResult(s.call(ctx, rdb, FileRWReadUnlock,
 		[]string{k.Name, k.RWChannel(), k.RWTimeoutPrefix(a.Owner), RWKeyPrefix(k.Name), k.Latch(a.RequestID)},
 		UnlockMessage, a.Owner, a.pubCmd(), a.LatchMs))
 }
@@ -72,7 +72,7 @@ func (s *Scripts) ReadUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a 
 // WriteAcquire runs rw_write_acquire.lua (reads Owner, the writer id
 // "<uuid>:<tid>:write", and LeaseMs, AcquireID, LatchMs).
 func (s *Scripts) WriteAcquire(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (acquired bool, ttlMs int64, err error) {
-	acquired, ttlMs, err = nilOrInt(s.Script(FileRWWriteAcquire).Run(ctx, rdb,
+	acquired, ttlMs, err = nilOrInt(s.call(ctx, rdb, FileRWWriteAcquire,
 		[]string{k.Name, a.acquireLatch(k)}, a.LeaseMs, a.Owner, a.acquireLatchMs()))
 	return acquired, ttlMs, acquireErr(err)
 }
@@ -80,7 +80,7 @@ func (s *Scripts) WriteAcquire(ctx context.Context, rdb redis.Scripter, k Keys, 
 // WriteUnlock runs rw_write_unlock.lua (reads Owner, the writer id, and
 // LeaseMs, RequestID, LatchMs, PubCmd).
 func (s *Scripts) WriteUnlock(ctx context.Context, rdb redis.Scripter, k Keys, a Args) (UnlockResult, error) {
-	return unlockResult(s.Script(FileRWWriteUnlock).Run(ctx, rdb,
+	return unlockResult(s.call(ctx, rdb, FileRWWriteUnlock,
 		[]string{k.Name, k.RWChannel(), k.Latch(a.RequestID), RWKeyPrefix(k.Name)},
 		ReadUnlockMessage, a.LeaseMs, a.Owner, a.pubCmd(), a.LatchMs))
 }
@@ -94,7 +94,7 @@ func (s *Scripts) RWForceUnlock(ctx context.Context, rdb redis.Scripter, k Keys,
 	if write {
 		msg, mode = ReadUnlockMessage, "write"
 	}
-	_, n, err := nilOrInt(s.Script(FileRWForceUnlock).Run(ctx, rdb, []string{k.Name, k.RWChannel()}, msg, a.pubCmd(), mode))
+	_, n, err := nilOrInt(s.call(ctx, rdb, FileRWForceUnlock, []string{k.Name, k.RWChannel()}, msg, a.pubCmd(), mode))
 	return n == 1, err
 }
 
@@ -112,7 +112,7 @@ func (s *Scripts) RWRenewEach(ctx context.Context, rdb redis.Scripter, names, ow
 		keys = append(keys, n, RWKeyPrefix(n))
 		args = append(args, 1, owners[i])
 	}
-	v, err := s.Script(FileRWRenew).Run(ctx, rdb, keys, args...).Int64Slice()
+	v, err := s.call(ctx, rdb, FileRWRenew, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}

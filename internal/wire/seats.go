@@ -211,7 +211,7 @@ type SeatsResult struct {
 }
 
 func (s *SeatsScripts) run(ctx context.Context, rdb redis.Scripter, file string, keys []string, args ...any) *redis.Cmd {
-	return s.Script(file).Run(ctx, rdb, keys, args...)
+	return s.set.call(ctx, rdb, file, keys, args...)
 }
 
 // Acquire runs seats_acquire.lua (reads Owner, Seats, LeaseMs, GraceMs,

@@ -163,7 +163,7 @@ func (s *Scripts) SemAcquireKept(ctx context.Context, rdb redis.Scripter, k SemK
 		args = append(args, id)
 	}
 	args = append(args, a.LatchMs)
-	v, err := s.Script(FileSemAcquire).Run(ctx, rdb,
+	v, err := s.call(ctx, rdb, FileSemAcquire,
 		[]string{k.Pool, k.Timeouts, k.Channel, a.latch(k), k.Token}, args...).Int64Slice()
 	if err != nil {
 		return false, 0, -1, acquireErr(err)
@@ -187,7 +187,7 @@ func (s *Scripts) SemKept(ctx context.Context, rdb redis.Scripter, k SemKeys, id
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return s.Script(FileSemKept).Run(ctx, rdb, []string{k.Timeouts}, args...).Int64()
+	return s.call(ctx, rdb, FileSemKept, []string{k.Timeouts}, args...).Int64()
 }
 
 // SemAbandon runs sem_abandon.lua: request a (its ids and latch) is given
@@ -201,7 +201,7 @@ func (s *Scripts) SemAbandon(ctx context.Context, rdb redis.Scripter, k SemKeys,
 	for _, id := range a.IDs {
 		args = append(args, id)
 	}
-	return s.Script(FileSemAbandon).Run(ctx, rdb, []string{k.Pool, k.Timeouts, k.Channel, a.latch(k)}, args...).Int64()
+	return s.call(ctx, rdb, FileSemAbandon, []string{k.Pool, k.Timeouts, k.Channel, a.latch(k)}, args...).Int64()
 }
 
 // SemReleaseHold runs sem_release_hold.lua: the permits ids (one
@@ -214,7 +214,7 @@ func (s *Scripts) SemReleaseHold(ctx context.Context, rdb redis.Scripter, k SemK
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	n, err := s.Script(FileSemReleaseHold).Run(ctx, rdb, []string{k.Pool, k.Timeouts, k.Channel, k.UnlockLatch(request)}, args...).Int64()
+	n, err := s.call(ctx, rdb, FileSemReleaseHold, []string{k.Pool, k.Timeouts, k.Channel, k.UnlockLatch(request)}, args...).Int64()
 	return n == 1, err
 }
 
@@ -242,7 +242,7 @@ func (s *Scripts) SemRenewEach(ctx context.Context, rdb redis.Scripter, names, o
 		keys[i] = SemKeysFor(name).Timeouts
 		args = append(args, owners[i])
 	}
-	v, err := s.Script(FileSemRenew).Run(ctx, rdb, keys, args...).Int64Slice()
+	v, err := s.call(ctx, rdb, FileSemRenew, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +265,7 @@ func (s *Scripts) SemHeld(k SemKeys, owner string) (*redis.Script, []string, []a
 // SemRelease runs sem_release.lua: it reports whether the permit was held
 // and had not expired (a held expired permit goes back to the pool too).
 func (s *Scripts) SemRelease(ctx context.Context, rdb redis.Scripter, k SemKeys, id string, nowMs int64, pubCmd string) (bool, error) {
-	n, err := s.Script(FileSemRelease).Run(ctx, rdb, []string{k.Pool, k.Channel, k.Timeouts}, id, 1, nowMs, pub(pubCmd)).Int64()
+	n, err := s.call(ctx, rdb, FileSemRelease, []string{k.Pool, k.Channel, k.Timeouts}, id, 1, nowMs, pub(pubCmd)).Int64()
 	return n == 1, err
 }
 
@@ -277,13 +277,13 @@ func (s *Scripts) SemReleaseMany(ctx context.Context, rdb redis.Scripter, k SemK
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return s.Script(FileSemReleaseMany).Run(ctx, rdb, []string{k.Pool, k.Channel, k.Timeouts}, args...).Int64()
+	return s.call(ctx, rdb, FileSemReleaseMany, []string{k.Pool, k.Channel, k.Timeouts}, args...).Int64()
 }
 
 // SemTrySetPermits runs sem_try_set_permits.lua: true when the pool was
 // absent and now holds n.
 func (s *Scripts) SemTrySetPermits(ctx context.Context, rdb redis.Scripter, k SemKeys, n int64, pubCmd string) (bool, error) {
-	r, err := s.Script(FileSemTrySetPermits).Run(ctx, rdb, []string{k.Pool, k.Channel}, n, pub(pubCmd)).Int64()
+	r, err := s.call(ctx, rdb, FileSemTrySetPermits, []string{k.Pool, k.Channel}, n, pub(pubCmd)).Int64()
 	return r == 1, err
 }
 
@@ -297,12 +297,12 @@ func nilReply(cmd *redis.Cmd) error {
 
 // SemSetPermits runs sem_set_permits.lua: the total becomes n.
 func (s *Scripts) SemSetPermits(ctx context.Context, rdb redis.Scripter, k SemKeys, n int64, pubCmd string) error {
-	return nilReply(s.Script(FileSemSetPermits).Run(ctx, rdb, []string{k.Pool, k.Channel, k.Timeouts}, n, pub(pubCmd)))
+	return nilReply(s.call(ctx, rdb, FileSemSetPermits, []string{k.Pool, k.Channel, k.Timeouts}, n, pub(pubCmd)))
 }
 
 // SemAddPermits runs sem_add_permits.lua: the pool moves by n.
 func (s *Scripts) SemAddPermits(ctx context.Context, rdb redis.Scripter, k SemKeys, n int64, pubCmd string) error {
-	return nilReply(s.Script(FileSemAddPermits).Run(ctx, rdb, []string{k.Pool, k.Channel}, n, pub(pubCmd)))
+	return nilReply(s.call(ctx, rdb, FileSemAddPermits, []string{k.Pool, k.Channel}, n, pub(pubCmd)))
 }
 
 // SemCounts are a semaphore's counts (sem_counts.lua).
@@ -322,7 +322,7 @@ func (c SemCounts) Permits() int64 {
 
 // SemCounts runs sem_counts.lua (after reclaiming every expired permit).
 func (s *Scripts) SemCounts(ctx context.Context, rdb redis.Scripter, k SemKeys, nowMs int64, pubCmd string) (SemCounts, error) {
-	v, err := s.Script(FileSemCounts).Run(ctx, rdb, []string{k.Pool, k.Timeouts, k.Channel}, nowMs, pub(pubCmd)).Int64Slice()
+	v, err := s.call(ctx, rdb, FileSemCounts, []string{k.Pool, k.Timeouts, k.Channel}, nowMs, pub(pubCmd)).Int64Slice()
 	if err != nil {
 		return SemCounts{}, err
 	}
@@ -335,12 +335,12 @@ func (s *Scripts) SemCounts(ctx context.Context, rdb redis.Scripter, k SemKeys, 
 // SemUpdateLease runs sem_update_lease.lua: true when the permit is held
 // and now expires leaseMs from now (NoLease: never).
 func (s *Scripts) SemUpdateLease(ctx context.Context, rdb redis.Scripter, k SemKeys, id string, leaseMs, nowMs int64, pubCmd string) (bool, error) {
-	n, err := s.Script(FileSemUpdateLease).Run(ctx, rdb, []string{k.Pool, k.Timeouts, k.Channel}, id, leaseMs, nowMs, SemNever, pub(pubCmd)).Int64()
+	n, err := s.call(ctx, rdb, FileSemUpdateLease, []string{k.Pool, k.Timeouts, k.Channel}, id, leaseMs, nowMs, SemNever, pub(pubCmd)).Int64()
 	return n == 1, err
 }
 
 // SemLeaseTime runs sem_lease_time.lua: -1 for a permit with no lease, its
 // remaining ms, or 0 when it is not held.
 func (s *Scripts) SemLeaseTime(ctx context.Context, rdb redis.Scripter, k SemKeys, id string, nowMs int64, pubCmd string) (int64, error) {
-	return s.Script(FileSemLeaseTime).Run(ctx, rdb, []string{k.Pool, k.Timeouts, k.Channel}, id, SemNever, nowMs, pub(pubCmd)).Int64()
+	return s.call(ctx, rdb, FileSemLeaseTime, []string{k.Pool, k.Timeouts, k.Channel}, id, SemNever, nowMs, pub(pubCmd)).Int64()
 }

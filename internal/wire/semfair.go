@@ -215,7 +215,7 @@ type SemAcquireResult struct {
 }
 
 func (s *SemFairScripts) run(ctx context.Context, rdb redis.Scripter, file string, keys []string, args ...any) *redis.Cmd {
-	return s.Script(file).Run(ctx, rdb, keys, args...)
+	return s.set.call(ctx, rdb, file, keys, args...)
 }
 
 // Acquire runs sem_fair_acquire.lua (reads Owner, Permits, LeaseMs,

@@ -234,18 +234,34 @@ func mustRead(file string) string {
 // build deliberately broken sets with Edit.
 type Scripts struct {
 	byFile   map[string]*redis.Script
-	src      map[string]string // each script's source, for EVAL
-	boxedSha map[string]any    // each script's digest, boxed once (exec.go)
+	src      map[string]string    // each script's source, for EVAL
+	boxedSha map[string]any       // each script's digest, boxed once (exec.go)
+	fn       map[string]*function // each script as a Redis Function (funclib.go), when it can be one
 }
 
 func newScripts(n int) *Scripts {
 	return &Scripts{byFile: make(map[string]*redis.Script, n),
-		src: make(map[string]string, n), boxedSha: make(map[string]any, n)}
+		src: make(map[string]string, n), boxedSha: make(map[string]any, n),
+		fn: make(map[string]*function, n)}
 }
 
 func (s *Scripts) add(file, src string) {
 	sc := redis.NewScript(src)
 	s.byFile[file], s.src[file], s.boxedSha[file] = sc, src, sc.Hash()
+	name := "fairlock_" + sc.Hash()
+	if lib, ok := functionLib(name, src); ok {
+		s.fn[file] = &function{name: name, boxedName: name, lib: lib}
+	}
+}
+
+// Function returns the Redis Function library of file and the name of its
+// function, or ok false when the script is only sent with EVALSHA.
+func (s *Scripts) Function(file string) (name, lib string, ok bool) {
+	f := s.fn[file]
+	if f == nil {
+		return "", "", false
+	}
+	return f.name, f.lib, true
 }
 
 // Default is the set every lock uses (built once, at the first call).

@@ -2,11 +2,7 @@ package demo
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -83,24 +79,11 @@ func (h *arrivalHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		args := cmd.Args()
-		if len(args) < 3 {
+		if sha, isScript := wire.ScriptCall(cmd); !isScript || sha != h.sha {
 			return err
 		}
-		switch fmt.Sprint(args[0]) {
-		case "evalsha":
-			if args[1] != h.sha {
-				return err
-			}
-		case "eval":
-			src, _ := args[1].(string)
-			if sum := sha1.Sum([]byte(src)); hex.EncodeToString(sum[:]) != h.sha {
-				return err
-			}
-		default:
-			return err
-		}
-		if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			return err // not run: go-redis sends EVAL next
+		if wire.NotRun(err) {
+			return err // not run: the library sends it again (EVAL, FCALL or EVALSHA)
 		}
 		h.mu.Lock()
 		var f func(bool)
