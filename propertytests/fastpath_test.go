@@ -222,7 +222,7 @@ func reply(v any, err error) string {
 	return fmt.Sprint(v)
 }
 
-var digits, sha = regexp.MustCompile(`[0-9]+`), regexp.MustCompile(`script: [0-9a-f]+,`)
+var digits, sha = regexp.MustCompile(`[0-9]+`), regexp.MustCompile(`script: (?:fairlock_)?[0-9a-f]+,`)
 
 var fastOps = []fastOp{
 	{"fair tryLock", func(ctx context.Context, rdb *redis.Client, k wire.Keys, fs wire.FairSet, _ *wire.Scripts, a wire.Args) string {
