@@ -84,8 +84,8 @@ func TestUnconfirmedUnlocksConfirmedOutOfOrder(t *testing.T) {
 			m := newMutex(t, c, name, e.opt)
 			other := newMutex(t, newClient(t, b.Client(t)), name, e.opt)
 
-			// Once through, so that Redis knows the unlock script (a first
-			// EVALSHA's NOSCRIPT reply would be held back below).
+			// Once through, so that Redis knows the unlock script (a first call's
+			// NOSCRIPT or "Function not found" reply would be held back below).
 			require.NoError(t, m.Lock(ctx))
 			require.NoError(t, m.Unlock(ctx))
 			require.NoError(t, m.Lock(ctx))

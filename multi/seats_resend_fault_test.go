@@ -41,7 +41,7 @@ func TestSeatsResendAfterTheLatchExpiredKeepsItsGrant(t *testing.T) {
 		require.NoError(t, err)
 		return n
 	}
-	// The scripts are loaded (a stalled EVALSHA's NOSCRIPT would not come
+	// The scripts are loaded (a stalled NOSCRIPT or "Function not found" would not come
 	// back, and nothing would run).
 	warm, err := s.Acquire(ctx, 0)
 	require.NoError(t, err)

@@ -64,7 +64,7 @@ func TestFairResendAfterTheLatchExpiredKeepsItsGrant(t *testing.T) {
 	setPool(t, f, 1)
 	other := sameFair(t, b, f)
 	held := func() bool { return state(t, other).Holders == 1 }
-	// The scripts are loaded (a stalled EVALSHA's NOSCRIPT would not come
+	// The scripts are loaded (a stalled NOSCRIPT or "Function not found" would not come
 	// back, and nothing would run).
 	warm, err := f.Acquire(ctx, 1, 0)
 	require.NoError(t, err)

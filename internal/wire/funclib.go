@@ -113,7 +113,7 @@ func functionLibWhy(name, src string) (lib, why string) {
 			}
 			run = append(run, strings.Join(names, ", ")+" "+value)
 		} else if !fnKeepUnset {
-			run = append(run, strings.Join(names, ", ")+" = nil"+m[3])
+			run = append(run, strings.TrimSpace(strings.Join(names, ", ")+" = nil "+m[3]))
 		}
 	}
 	if run != nil {
