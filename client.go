@@ -207,6 +207,20 @@ func WithReplicaAck(timeout time.Duration) Option {
 	return func(c *core.Config) { c.ReplicaAck = timeout }
 }
 
+// WithFunctions(false) makes the locks send their scripts with EVALSHA (and
+// EVAL), never as Redis Functions. By default, on a *redis.Client whose
+// server has Functions (Redis 7 and later), each script is loaded once as a
+// function library named fairlock_<sha1 of the script> (FUNCTION LOAD) and
+// sent with FCALL, which saves Redis the definition of its shared functions
+// at every call; a server without Functions, a user not allowed FUNCTION
+// LOAD or FCALL, cluster and ring clients keep EVALSHA by themselves. Turn
+// it off where libraries must not be loaded into the server. It applies to
+// rdb: every Client made over the same go-redis client sends EVALSHA from
+// then on. WithFunctions(true) is the default.
+func WithFunctions(on bool) Option {
+	return func(c *core.Config) { c.NoFunctions = !on }
+}
+
 // WithOutageBudget bounds how long a wait with no end of its own (Lock,
 // LockWithLease, a Forever wait; a semaphore's or Seats' too) goes on while
 // Redis does not answer: counted from the send of the first attempt of the

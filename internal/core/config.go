@@ -20,6 +20,7 @@ type Config struct {
 	ShardedSet    bool          // ShardedPubSub was chosen; else a ClusterClient decides at first use (Redisson's AUTO)
 	ReplicaAck    time.Duration // WAIT timeout after an acquisition (see replicas.go); default 1 s; negative turns it off
 	OutageBudget  time.Duration // how long a wait goes on while Redis does not answer; default max(2 head graces, lease); negative: until ctx ends
+	NoFunctions   bool          // send the scripts with EVALSHA, never as Redis Functions (WithFunctions(false))
 
 	Observer Observer      // receives the locks' events (observe.go); nil: none, and no cost
 	LongWait time.Duration // report a wait lasting this long (LongWait event); 0: off

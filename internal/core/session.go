@@ -109,6 +109,9 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	if cfg.Observer != nil {
 		s.obs = newObserver(cfg.Observer)
 	}
+	if c, ok := rdb.(*redis.Client); ok && cfg.NoFunctions {
+		wire.DisableFunctions(c)
+	}
 	s.resendAfter = resendAfter(rdb)
 	s.enforcesDeadlines = enforcesDeadlines(rdb)
 	s.attempt, s.addr = attemptTimeout(rdb), addrOf(rdb)

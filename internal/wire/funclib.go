@@ -245,6 +245,10 @@ func functionsOK(c *redis.Client) bool {
 	return !no
 }
 
+// DisableFunctions makes every call over c use EVALSHA (fairlock's
+// WithFunctions(false)).
+func DisableFunctions(c *redis.Client) { noFunctions(c) }
+
 func noFunctions(c *redis.Client) {
 	w := weak.Make(c)
 	if _, had := noFuncs.LoadOrStore(w, struct{}{}); !had {

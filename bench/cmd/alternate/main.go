@@ -39,6 +39,7 @@ func main() {
 	only := flag.String("kinds", "", "comma-separated kinds (default: reentrant,fair,scalable)")
 	chunk := flag.Int("chunk", 50, "handoffs per turn of a kind")
 	cpu := flag.String("cpuprofile", "", "write a CPU profile of this process to the file")
+	evalsha := flag.Bool("evalsha", false, "also run each kind over clients made WithFunctions(false) (\"<kind>/evalsha\": the scripts sent with EVALSHA, not as Redis Functions), taking turns with the others")
 	flag.BoolVar(&background, "background", false, "call Lock and Unlock with context.Background (no deadline: the library runs its calls inline, no worker hop) instead of a context.WithTimeout")
 	flag.Parse()
 	if *cpu != "" {
@@ -56,9 +57,9 @@ func main() {
 		os.Exit(2)
 	}
 	ctx := context.Background()
-	mk := func() (*redis.Client, *fairlock.Client) {
+	mk := func(opts ...fairlock.Option) (*redis.Client, *fairlock.Client) {
 		rdb := redis.NewClient(&redis.Options{Addr: *addr})
-		fl, err := fairlock.NewClient(rdb)
+		fl, err := fairlock.NewClient(rdb, opts...)
 		if err != nil {
 			panic(err)
 		}
@@ -76,21 +77,31 @@ func main() {
 		x, y locker
 	}
 	var kinds []kind
-	{
-		a, _ := reentrant.New(c1, prefix+"re")
-		b, _ := reentrant.New(c2, prefix+"re")
-		kinds = append(kinds, kind{"reentrant", a, b})
-		f1, _ := fair.New(c1, prefix+"fr")
-		f2, _ := fair.New(c2, prefix+"fr")
-		kinds = append(kinds, kind{"fair", f1, f2})
-		s1, _ := fair.New(c1, prefix+"fs", fair.WithEngine(fair.Scalable))
-		s2, _ := fair.New(c2, prefix+"fs", fair.WithEngine(fair.Scalable))
-		kinds = append(kinds, kind{"scalable", s1, s2})
+	add := func(suffix string, c1, c2 *fairlock.Client) {
+		a, _ := reentrant.New(c1, prefix+"re"+suffix)
+		b, _ := reentrant.New(c2, prefix+"re"+suffix)
+		kinds = append(kinds, kind{"reentrant" + suffix, a, b})
+		f1, _ := fair.New(c1, prefix+"fr"+suffix)
+		f2, _ := fair.New(c2, prefix+"fr"+suffix)
+		kinds = append(kinds, kind{"fair" + suffix, f1, f2})
+		s1, _ := fair.New(c1, prefix+"fs"+suffix, fair.WithEngine(fair.Scalable))
+		s2, _ := fair.New(c2, prefix+"fs"+suffix, fair.WithEngine(fair.Scalable))
+		kinds = append(kinds, kind{"scalable" + suffix, s1, s2})
+	}
+	add("", c1, c2)
+	if *evalsha {
+		r3, c3 := mk(fairlock.WithFunctions(false))
+		r4, c4 := mk(fairlock.WithFunctions(false))
+		defer r3.Close()
+		defer r4.Close()
+		defer c3.Close()
+		defer c4.Close()
+		add("/evalsha", c3, c4)
 	}
 	if *only != "" {
 		var ks []kind
 		for _, k := range kinds {
-			if slices.Contains(strings.Split(*only, ","), k.name) {
+			if slices.Contains(strings.Split(*only, ","), strings.TrimSuffix(k.name, "/evalsha")) {
 				ks = append(ks, k)
 			}
 		}
