@@ -21,10 +21,10 @@
 // is not in Redisson: its keys and replies are this module's own. A shared
 // part goes without its top-level functions that nothing kept calls (package
 // wire, trim.go), so the text sent differs from the files' concatenation.
-// On a Redis with Functions that text is loaded as a function library,
-// fairlock_<sha1 of the text>, and called with FCALL (package wire,
-// funclib.go); elsewhere it is sent with EVALSHA. Both run the same text
-// on the same KEYS and ARGV.
+// On a Redis with Functions that text, rewritten so that its functions are
+// defined once when it loads, is a function library, fairlock_<sha1 of the
+// text>, called with FCALL (package wire, funclib.go); elsewhere the text
+// is sent with EVALSHA. Both take the same KEYS and ARGV and reply alike.
 // The Go code that knows each script's KEYS and ARGV order is internal; the
 // locks load these files when this package is linked in, which every lock
 // package does.
