@@ -205,11 +205,10 @@ func (b *cmdBuf) fcall(ctx context.Context, c *redis.Client, f *function) (cmd *
 		switch {
 		case err == nil || !isRedisError(err):
 			return cmd, true
-		case strings.Contains(strings.ToLower(err.Error()), "unknown command"),
-			strings.HasPrefix(err.Error(), "NOPERM") && strings.Contains(err.Error(), "'fcall'"):
+		case noFunctionsReply(err.Error()):
 			noFunctions(c) // no Functions, or a user not allowed FCALL itself
 			return nil, false
-		case !strings.HasPrefix(err.Error(), "ERR Function not found"):
+		case !functionMissing(err.Error()):
 			return cmd, true // the function's own error
 		case attempt > 0:
 			return nil, false // gone again at once (FUNCTION FLUSH): EVALSHA
@@ -288,7 +287,16 @@ func NotRun(err error) bool {
 		return false
 	}
 	m := err.Error()
-	return strings.HasPrefix(m, "NOSCRIPT") || strings.HasPrefix(m, "ERR Function not found") ||
-		strings.Contains(strings.ToLower(m), "unknown command") ||
-		strings.HasPrefix(m, "NOPERM") && strings.Contains(m, "'fcall'")
+	return strings.HasPrefix(m, "NOSCRIPT") || functionMissing(m) || noFunctionsReply(m)
+}
+
+// functionMissing: the server has Functions but not this library (FCALL's
+// reply before FUNCTION LOAD).
+func functionMissing(msg string) bool { return strings.HasPrefix(msg, "ERR Function not found") }
+
+// noFunctionsReply: FCALL is refused as a command (a server without
+// Functions: Redis 6, miniredis; or a user not allowed FCALL itself).
+func noFunctionsReply(msg string) bool {
+	return strings.Contains(strings.ToLower(msg), "unknown command") ||
+		strings.HasPrefix(msg, "NOPERM") && strings.Contains(msg, "'fcall'")
 }
