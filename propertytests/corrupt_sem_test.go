@@ -397,6 +397,7 @@ func (s *semSeq) fairAcquire(t *rapid.T) {
 	}
 	desc := fmt.Sprintf("Acquire owner=%s n=%d queue=%v req=%q lease=%d wait=%d grace=%d", owner, a.Permits, a.Queue, a.AcquireID, a.LeaseMs, a.WaitMs, a.GraceMs)
 	heldBefore := s.fairHolds(owner)
+	countBefore := s.fairCount(owner)
 	var r wire.SemAcquireResult
 	reply, err := s.guarded(t, desc, func(ctx context.Context) (string, error) {
 		var err error
@@ -419,9 +420,20 @@ func (s *semSeq) fairAcquire(t *rapid.T) {
 		}
 		return
 	}
-	if r.Granted {
+	// A grant to an owner that was a holder before, whose hold the call
+	// left as it was, is that hold answered (a copy of its request, from
+	// its latch or its hold): nothing was granted anew, even when damage
+	// made the checker forget the hold (its count deleted or garbage).
+	if r.Granted && !(heldBefore && s.fairCount(owner) == countBefore) {
 		s.fairGranted(t, desc, owner, a.Permits)
 	}
+}
+
+// fairCount is owner's field of the holders hash as Redis holds it ("" when
+// none).
+func (s *semSeq) fairCount(owner string) string {
+	v, _ := s.rdb.HGet(s.ctx, s.fk.Holders, owner).Result()
+	return v
 }
 
 // semRefusal: the refusals a well-formed state gives.
