@@ -121,6 +121,14 @@ local function begin()
         local h, s = other_front()
         return nil, h, s
     end
+    if head and FAST_QUEUED and FAST_QUEUED == q_start_keys(head) then
+        -- The release's EXISTS counted only this engine's queue keys (the
+        -- queue has a head): neither the other engine's queue nor the
+        -- grace key exists (issue 33: no LRANGE or HGET of the other
+        -- queue, no DEL of the grace key, no EXISTS of the lock in prune).
+        OTHER_READ, OTHER_H, OTHER_S = true, nil, nil
+        GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND = true, nil, nil, nil
+    end
     return head, head, second
 end
 
@@ -190,7 +198,9 @@ local function prune(caller, now, head, grace)
         -- "free" is per head (a semaphore's head may fit where the one
         -- before it did not); the lock's answer is the same for every head.
         local graced, left, second
-        if res_free(head) then
+        -- (with the grace key known absent, whether the lock is free
+        -- changes nothing here)
+        if not (GRACE_READ and not GRACE_OWNER) and res_free(head) then
             graced, left, second = grace_read()
         end
         local deadline = q_head_deadline(head)

@@ -53,16 +53,19 @@ end
 -- The latch was checked by fair_fast_unlock.lua, in front of this body.
 fair_init(lock, KEYS[2], KEYS[3], KEYS[6], KEYS[4], KEYS[7], ARGV[5], ARGV[1], true)
 local head, head0, second0 = begin()
+-- The caller's count, read before prune (which does not write the lock):
+-- a count read tells prune the lock is held, with no EXISTS (issue 33).
+local held = res_count(owner)
 prune(owner, now, head, grace)
 local result, freed = nil, false
 -- The last hold (a count of '1') is released by deleting the lock, which
 -- is what HINCRBY to 0 would lead to (issue 23: one command less).
-local held = not res_free() and redis.call('hget', lock, owner)
 if not held then
     freed = res_free()
 elseif held ~= '1' and redis.call('hincrby', lock, owner, -1) > 0 then
     local pttl = redis.call('pttl', lock)
     redis.call('pexpire', lock, ARGV[2])
+    res_written()
     latch_outcome('0')
     result, freed = 0, pttl == -1 or tonumber(ARGV[2]) < pttl
 else

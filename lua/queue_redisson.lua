@@ -112,8 +112,31 @@ end
 
 -- q_head_deadline: the deadline of head (the head, from q_front), nil for
 -- a head without one (H1).
+-- HD_O, HD_V: the deadline of HD_O as read, until the script writes the
+-- queue (every writer below clears HD_O).
+local HD_O, HD_V
+
 local function q_head_deadline(head)
-    return tonumber(redis.call('zscore', timeouts, head))
+    if HD_O ~= head then
+        HD_O, HD_V = head, tonumber(redis.call('zscore', timeouts, head))
+    end
+    return HD_V
+end
+
+-- q_start_keys(head): how many of this engine's queue keys existed when the
+-- script started, when head (q_check's, before any write) tells: the list
+-- holds it, and the zset exists when head has a deadline (2); nil when
+-- that is not known (no deadline, or the zset is not a zset).
+local function q_start_keys(head)
+    local v = redis.pcall('zscore', timeouts, head)
+    if type(v) == 'table' then
+        return nil
+    end
+    HD_O, HD_V = head, tonumber(v)
+    if HD_V then
+        return 2
+    end
+    return nil
 end
 
 -- q_queued: whether owner has a deadline, i.e. is queued (Redisson's test).
@@ -123,6 +146,13 @@ end
 
 -- q_tail: the last waiter and its deadline (nil when it has none).
 local function q_tail()
+    if FRONT_OK and not FRONT_S then
+        -- the front as read holds the whole list (none or one waiter)
+        if not FRONT_H then
+            return nil, nil
+        end
+        return FRONT_H, q_head_deadline(FRONT_H)
+    end
     local tail = redis.call('lindex', queue, -1)
     if not tail then
         return nil, nil
@@ -149,6 +179,7 @@ end
 -- q_pop_head removes the head (pruned as dead): nobody else moves.
 local function q_pop_head()
     FRONT_OK = false
+    HD_O = nil
     local head = redis.call('lpop', queue)
     if head then
         redis.call('zrem', timeouts, head)
@@ -199,7 +230,12 @@ end
 -- q_take: owner (the head, or nobody is queued) takes the lock: it leaves
 -- the queue and every remaining deadline drops by its slot (Redisson's take).
 local function q_take(owner, wait)
-    FRONT_OK = false
+    -- The owner alone in the queue as read (LRANGE 0 1): it is empty now.
+    local alone = FRONT_OK and FRONT_H == owner and FRONT_S == nil
+    FRONT_OK, HD_O = alone, nil
+    if alone then
+        FRONT_H = nil
+    end
     redis.call('zrem', timeouts, owner)
     redis.call('lpop', queue)
     q_drop_note(owner)
@@ -211,6 +247,7 @@ end
 -- queued.
 local function q_remove(owner, wait)
     FRONT_OK = false
+    HD_O = nil
     local waiters = redis.pcall('lrange', queue, 0, -1)
     if waiters.err then
         return -- not a list: nobody is queued in it
@@ -235,9 +272,16 @@ end
 -- deadline: from q_tail, unused here). note: its handoff note (grant_note) or
 -- nil; rel: its deadline less the caller's now.
 local function q_append(owner, deadline, _, _, note, rel)
+    -- a front read that holds the whole list (none or one waiter) stays
+    -- known: the joiner is the head or the second
+    local whole, h = FRONT_OK and not FRONT_S, FRONT_H
     FRONT_OK = false
+    HD_O = nil
     if redis.call('zadd', timeouts, deadline, owner) == 1 then
         redis.call('rpush', queue, owner)
+        if whole then
+            FRONT_OK, FRONT_H, FRONT_S = true, h or owner, h and owner or nil
+        end
     end
     if not q_noted(owner) then
         return

@@ -46,9 +46,15 @@ local sq, rqueue, rtimeouts
 -- q_check) and the front (FRONT_OK: FRONT_H and FRONT_S are the head and the
 -- waiter behind it). Every write below clears or updates them.
 local ENDS, FRONT_OK, FRONT_H, FRONT_S
+-- Also cached until a write (issue 33: fewer commands per release and per
+-- join): the head's node fields as q_check read them (NODE_O the head,
+-- NODE_V its raw p:, n:, d:, s: values), and EMPTY, the queue known empty
+-- (q_check found no key, or this script deleted it).
+local NODE_O, NODE_V, EMPTY
 
 local function q_written()
     ENDS, FRONT_OK, FRONT_H, FRONT_S = nil, false, nil, nil
+    NODE_O, NODE_V, EMPTY = nil, nil, false
 end
 
 -- seq reads a join sequence field (nil when missing or not a number); a
@@ -72,18 +78,22 @@ local function seq_field(set, field, v)
 end
 
 -- q_reset: the queue is inconsistent: start again from an empty queue.
+local function q_emptied()
+    ENDS, FRONT_OK, FRONT_H, FRONT_S = nil, true, nil, nil
+    NODE_O, NODE_V, EMPTY = nil, nil, true
+end
+
 local function q_reset()
     redis.call('del', sq)
-    ENDS, FRONT_OK, FRONT_H, FRONT_S = nil, true, nil, nil
+    q_emptied()
 end
 
 -- The node fields of o: previous, next, delta, join sequence (nil when
 -- missing).
 local function node(o)
-    local v = redis.call('hmget', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o, 's:' .. o)
-    if v[1] == false then v[1] = nil end
-    if v[2] == false then v[2] = nil end
-    return v[1], v[2], tonumber(v[3]), seq(v[4])
+    local v = NODE_O == o and NODE_V or
+        redis.call('hmget', sq, 'p:' .. o, 'n:' .. o, 'd:' .. o, 's:' .. o)
+    return v[1] or nil, v[2] or nil, tonumber(v[3]), seq(v[4])
 end
 
 -- q_init names the keys: the Redisson-compatible engine's list and zset
@@ -107,24 +117,31 @@ local function q_check()
         if redis.call('exists', sq) == 1 then
             q_reset() -- node fields without a head
         end
-        FRONT_OK, FRONT_H, FRONT_S = true, nil, nil
+        q_emptied()
         return nil, nil
     end
     if not h or not t or not tonumber(v[3]) or not tonumber(v[4]) then
         q_reset()
         return nil, nil
     end
-    local e = redis.call('hmget', sq, 'p:' .. h, 'n:' .. h, 'd:' .. h, 'p:' .. t, 'n:' .. t)
+    local e = redis.call('hmget', sq, 'p:' .. h, 'n:' .. h, 'd:' .. h, 'p:' .. t, 'n:' .. t, 's:' .. h)
     if e[1] ~= '' or not e[2] or tonumber(e[3]) ~= 0 or not e[4] or e[5] ~= '' or (e[2] == '') ~= (h == t) then
         q_reset()
         return nil, nil
     end
     ENDS = {h = h, t = t, hd = tonumber(v[3]), td = tonumber(v[4]), hs = seq(v[5]), ts = seq(v[6])}
     FRONT_OK, FRONT_H, FRONT_S = true, h, nil
+    NODE_O, NODE_V = h, {e[1], e[2], e[3], e[6]}
     if e[2] ~= '' then
         FRONT_S = e[2]
     end
     return FRONT_H, FRONT_S
+end
+
+-- q_start_keys: how many of this engine's queue keys existed when the
+-- script started, when q_check found a head: its one hash.
+local function q_start_keys(_)
+    return 1
 end
 
 -- q_refuse: one lock name, one engine. The acquisition scripts refuse a
@@ -172,6 +189,9 @@ end
 
 -- q_head_deadline: the head's deadline (head: the head, from q_front).
 local function q_head_deadline(_)
+    if EMPTY then
+        return nil
+    end
     if ENDS then
         return ENDS.hd
     end
@@ -180,6 +200,12 @@ end
 
 -- q_queued: whether owner is queued.
 local function q_queued(owner)
+    if EMPTY then
+        return false
+    end
+    if NODE_O == owner then
+        return type(NODE_V[2]) == 'string'
+    end
     return redis.call('hexists', sq, 'n:' .. owner) == 1
 end
 
@@ -214,6 +240,9 @@ end
 
 -- q_tail: the last waiter and its deadline.
 local function q_tail()
+    if EMPTY then
+        return nil, nil
+    end
     if ENDS then
         return ENDS.t, ENDS.td
     end
@@ -248,6 +277,7 @@ local function sq_remove(o, drop)
     end
     if p == '' and n == '' then
         redis.call('del', sq)
+        q_emptied()
         return true
     end
     if p == '' then
@@ -321,9 +351,9 @@ end
 -- after the join sequence ('|...', see s:<o>), or nil.
 local function q_append(owner, deadline, tail, td, note)
     note = note or ''
-    q_written()
     if tail and td then
         local _, tn, _, ts = node(tail)
+        q_written()
         if tn == '' then
             local set = {'t', owner, 'td', deadline, 'n:' .. tail, owner,
                 'p:' .. owner, tail, 'n:' .. owner, '', 'd:' .. owner, deadline - td}
@@ -341,6 +371,11 @@ local function q_append(owner, deadline, tail, td, note)
     end
     redis.call('hset', sq, 'h', owner, 't', owner, 'hd', deadline, 'td', deadline,
         'p:' .. owner, '', 'n:' .. owner, '', 'd:' .. owner, 0, 's:' .. owner, '1' .. note, 'hs', 1, 'ts', 1)
+    -- The queue is this one waiter: its ends and node are what was written.
+    q_written()
+    ENDS = {h = owner, t = owner, hd = deadline, td = deadline, hs = 1, ts = 1}
+    FRONT_OK, FRONT_H = true, owner
+    NODE_O, NODE_V = owner, {'', '', '0', '1' .. note}
 end
 
 -- Direct handoff (issue 23): q_grant_note(owner) reads back the note
@@ -348,7 +383,7 @@ end
 -- sequence in s:<o>: lease, slot, latch lifetime and latch key, or nil when
 -- owner joined without one.
 local function q_grant_note(owner)
-    local v = redis.call('hget', sq, 's:' .. owner)
+    local v = NODE_O == owner and NODE_V[4] or redis.call('hget', sq, 's:' .. owner)
     return grant_note_read(type(v) == 'string' and string.match(v, '^%d+(|.+)$'))
 end
 

@@ -40,6 +40,22 @@ end
 -- (FAST_FREE, fair_token.lua; nil in the other scripts).
 local FREE = FAST_FREE
 
+-- PTTL caches the lock's PTTL within one script the same way (nil: not
+-- read since the last write to the lock; res_written clears it).
+local PTTL
+
+local function lock_pttl()
+    if PTTL == nil then
+        PTTL = redis.call('pttl', LOCK)
+    end
+    return PTTL
+end
+
+-- res_written: the script wrote the lock's hash or its expiry itself.
+local function res_written()
+    PTTL = nil
+end
+
 local function res_free(_)
     if FREE == nil then
         FREE = redis.call('exists', LOCK) == 0
@@ -47,9 +63,21 @@ local function res_free(_)
     return FREE
 end
 
+-- res_count: owner's hold count as the hash keeps it, nil when it holds
+-- none; a count read means the lock is not free (fair_unlock.lua: one HGET
+-- instead of an EXISTS and an HGET).
+local function res_count(owner)
+    local n = redis.call('hget', LOCK, owner)
+    if n then
+        FREE = false
+        return n
+    end
+    return nil
+end
+
 -- res_freed: the script deleted the lock hash.
 local function res_freed()
-    FREE = true
+    FREE, PTTL = true, -2
 end
 
 local function res_doomed(_)
@@ -62,28 +90,29 @@ end
 local function res_take(owner, lease)
     redis.call('hset', LOCK, owner, 1)
     redis.call('pexpire', LOCK, lease)
-    FREE = false
+    FREE, PTTL = false, nil
 end
 
 local function res_reenter(owner, lease)
     if redis.call('hexists', LOCK, owner) == 1 then
-        local pttl = redis.call('pttl', LOCK)
+        local pttl = lock_pttl()
         redis.call('hincrby', LOCK, owner, 1)
         redis.call('pexpire', LOCK, lease)
+        PTTL = nil
         return true, pttl == -1 or tonumber(lease) < pttl
     end
     return false, false
 end
 
 local function res_pttl()
-    return redis.call('pttl', LOCK)
+    return lock_pttl()
 end
 
 local function res_blocked(_)
     if FREE then
         return nil -- known free in this script: no PTTL to read
     end
-    local pttl = redis.call('pttl', LOCK)
+    local pttl = lock_pttl()
     if pttl == -2 then
         return nil
     end
