@@ -6,6 +6,7 @@
 //	go run ./cmd/fairlock demo --svg chart.svg      # the chart's path ("" for none)
 //	go run ./cmd/fairlock inspect seats --redis 127.0.0.1:6379 [--json]
 //	go run ./cmd/fairlock inspect seats --redis 127.0.0.1:6379 --watch [--interval 500ms]
+//	go run ./cmd/fairlock functions --redis 127.0.0.1:6379 [--prune]
 //
 // demo: clients book numbered seats under the fair lock and then under the
 // reentrant (unfair) lock, and it compares arrival order with grant order,
@@ -34,6 +35,13 @@
 // screen, else it prints the frames one after the other under a line with
 // the frame's time; with --json, one JSON object a line. A Redis error is
 // shown in its frame and the watch goes on.
+//
+// functions: lists the Redis function libraries the library loaded on the
+// server (fairlock_<sha1>, one per script, on Redis 7 and later) and says
+// which of them this build's scripts use; --prune deletes the others,
+// which earlier (or later) versions loaded and which stay on the server
+// until deleted. A client of another version that still runs loads its
+// own again at its next call.
 //
 // Exit codes: 0 done; 1 an error (such as an unreachable Redis); 2 bad
 // usage; 3 inspect found an inconsistency of severity error; 4 inspect
@@ -74,6 +82,9 @@ Usage:
                                   leases, queue and deadlines, pool and free
                                   permits, head grace, token, inconsistencies
                                   (read-only; "no such lock": exit 4)
+  fairlock functions [flags]      list the Redis function libraries the
+                                  library loaded (fairlock_<sha1>, Redis 7+)
+                                  and which this build uses
   fairlock help                   this text
 
 demo flags:
@@ -117,6 +128,12 @@ inspect flags:
                    (0, 1 Redis error, 3 inconsistency, 4 no such lock)
                    (default 0: never)
 
+functions flags:
+  --redis ADDR     host:port or redis:// URL (required)
+  --prune          delete the libraries this build does not use (other
+                   versions'; a running client of one loads its own
+                   again at its next call)
+
 Exit codes: 0 done, 1 error (e.g. Redis unreachable), 2 bad usage,
 3 inspect found an inconsistency, 4 inspect found no such lock (no key
 of any kind under NAME), 130 interrupted.
@@ -154,6 +171,8 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDemo(ctx, args, stdout, stderr)
 	case "inspect":
 		return runInspect(ctx, args, stdout, stderr)
+	case "functions":
+		return runFunctions(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

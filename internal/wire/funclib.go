@@ -273,7 +273,7 @@ func ScriptCall(cmd redis.Cmder) (sha string, ok bool) {
 		sum := sha1.Sum([]byte(s))
 		return hex.EncodeToString(sum[:]), true
 	case "fcall":
-		return strings.TrimPrefix(s, "fairlock_"), true
+		return strings.TrimPrefix(s, LibraryPrefix), true
 	}
 	return "", false
 }
@@ -299,4 +299,31 @@ func functionMissing(msg string) bool { return strings.HasPrefix(msg, "ERR Funct
 func noFunctionsReply(msg string) bool {
 	return strings.Contains(strings.ToLower(msg), "unknown command") ||
 		strings.HasPrefix(msg, "NOPERM") && strings.Contains(msg, "'fcall'")
+}
+
+// LibraryPrefix starts the name of every function library this module loads
+// ("fairlock_<sha1 of the script>").
+const LibraryPrefix = "fairlock_"
+
+// LibraryNames returns the names of the function libraries this build's
+// scripts load (the default sets of every lock kind): what `fairlock
+// functions` keeps when it prunes the libraries of other versions.
+func LibraryNames() map[string]bool {
+	names := map[string]bool{}
+	for _, s := range []struct {
+		files []string
+		set   *Scripts
+	}{
+		{Files, Default()},
+		{ScalableFiles, ScalableDefault().Set()},
+		{SemFairFiles, SemFairDefault().Set()},
+		{SeatsFiles, SeatsDefault().Set()},
+	} {
+		for _, f := range s.files {
+			if name, _, ok := s.set.Function(f); ok {
+				names[name] = true
+			}
+		}
+	}
+	return names
 }

@@ -248,7 +248,7 @@ func newScripts(n int) *Scripts {
 func (s *Scripts) add(file, src string) {
 	sc := redis.NewScript(src)
 	s.byFile[file], s.src[file], s.boxedSha[file] = sc, src, sc.Hash()
-	name := "fairlock_" + sc.Hash()
+	name := LibraryPrefix + sc.Hash()
 	if lib, ok := functionLib(name, src); ok {
 		s.fn[file] = &function{name: name, boxedName: name, lib: lib}
 	}

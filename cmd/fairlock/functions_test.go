@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/fair"
+	"github.com/fairlock-go/fairlock/internal/redistest"
+)
+
+// fairlock functions lists the libraries the library loaded and, with
+// --prune, deletes those this build does not use (an older version's),
+// leaving this build's and every library not of fairlock; locks still work
+// after. Its own server: libraries are server-wide.
+func TestFunctionsListsAndPrunes(t *testing.T) {
+	srv := redistest.StartT(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer rdb.Close()
+	c, err := fairlock.NewClient(rdb)
+	require.NoError(t, err)
+	defer c.Close()
+	m, err := fair.New(c, "functions-test")
+	require.NoError(t, err)
+	cycle := func() {
+		require.NoError(t, m.Lock(ctx))
+		require.NoError(t, m.Unlock(ctx))
+	}
+	cycle() // loads this build's libraries for the scripts it ran
+	const old = "fairlock_0000000000000000000000000000000000000000"
+	require.NoError(t, rdb.FunctionLoad(ctx, "#!lua name="+old+
+		"\nredis.register_function('"+old+"', function(keys, args) return 1 end)").Err())
+	require.NoError(t, rdb.FunctionLoad(ctx,
+		"#!lua name=userlib\nredis.register_function('userfn', function(keys, args) return 1 end)").Err())
+	libs := func() map[string]bool {
+		l, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+		require.NoError(t, err)
+		names := map[string]bool{}
+		for _, x := range l {
+			names[x.Name] = true
+		}
+		return names
+	}
+	before := libs()
+	ours := 0
+	for n := range before {
+		if strings.HasPrefix(n, "fairlock_") && n != old {
+			ours++
+		}
+	}
+	require.Positive(t, ours, "the lock loaded no library: %v", before)
+
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, runCtx(ctx, []string{"functions", "--redis", srv.Addr}, &out, &errb), errb.String())
+	assert.Contains(t, out.String(), old+"  ")
+	assert.Regexp(t, `fairlock_0{40} +\d+ bytes  not this build's`, out.String())
+	assert.Contains(t, out.String(), "used by this build")
+	assert.NotContains(t, out.String(), "userlib")
+	assert.Contains(t, out.String(), "1 not (")
+	assert.Equal(t, before, libs(), "listing deleted something")
+
+	out.Reset()
+	require.Equal(t, 0, runCtx(ctx, []string{"functions", "--redis", srv.Addr, "--prune"}, &out, &errb), errb.String())
+	assert.Contains(t, out.String(), "deleted "+old)
+	after := libs()
+	assert.False(t, after[old], "the old library is still there")
+	assert.True(t, after["userlib"], "a library not of fairlock was deleted")
+	for n := range before {
+		if n != old {
+			assert.True(t, after[n], "%s (this build's or the user's) was deleted", n)
+		}
+	}
+	cycle()
+}
+
+func TestFunctionsUsageAndServersWithout(t *testing.T) {
+	ctx := context.Background()
+	var out, errb bytes.Buffer
+	assert.Equal(t, 2, runCtx(ctx, []string{"functions"}, &out, &errb))
+	assert.Contains(t, errb.String(), "--redis host:port is required")
+	errb.Reset()
+	assert.Equal(t, 2, runCtx(ctx, []string{"functions", "--redis", "127.0.0.1:1", "extra"}, &out, &errb))
+	assert.Contains(t, errb.String(), "no arguments expected")
+	errb.Reset()
+	assert.Equal(t, 1, runCtx(ctx, []string{"functions", "--redis", "127.0.0.1:1"}, &out, &errb))
+	// miniredis, like Redis 6, has no Functions: nothing to list.
+	mr := miniredis.RunT(t)
+	out.Reset()
+	assert.Equal(t, 0, runCtx(ctx, []string{"functions", "--redis", mr.Addr()}, &out, &errb), errb.String())
+	assert.Contains(t, out.String(), "has no Functions")
+}
