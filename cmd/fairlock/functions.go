@@ -26,10 +26,7 @@ func runFunctions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if !ok {
 		return code
 	}
-	bad := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "fairlock functions: "+format+"\n\n%s", append(a, usage)...)
-		return 2
-	}
+	bad := usageError("functions", stderr)
 	switch {
 	case len(pos) > 0:
 		return bad("no arguments expected, got %q", pos)

@@ -189,6 +189,15 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// usageError returns the report of a bad use of command name: the message,
+// then the usage; it returns exit code 2.
+func usageError(name string, stderr io.Writer) func(format string, a ...any) int {
+	return func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "fairlock "+name+": "+format+"\n\n%s", append(a, usage)...)
+		return 2
+	}
+}
+
 // parse parses flags that may come before and after positional arguments,
 // and returns the positional ones. The exit code is 0 for -h, else 2.
 func parse(fs *flag.FlagSet, args []string) (pos []string, code int, ok bool) {
@@ -260,10 +269,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	bad := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "fairlock demo: "+format+"\n\n%s", append(a, usage)...)
-		return 2
-	}
+	bad := usageError("demo", stderr)
 	if len(pos) > 0 {
 		return bad("unexpected argument %q", pos[0])
 	}
@@ -438,10 +444,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if !ok {
 		return code
 	}
-	bad := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "fairlock inspect: "+format+"\n\n%s", append(a, usage)...)
-		return 2
-	}
+	bad := usageError("inspect", stderr)
 	switch {
 	case len(pos) == 0:
 		return bad("missing the lock NAME")
