@@ -63,7 +63,7 @@ local result, freed = nil, false
 if not held then
     freed = res_free()
 elseif held ~= '1' and redis.call('hincrby', lock, owner, -1) > 0 then
-    local pttl = redis.call('pttl', lock)
+    local pttl = res_pttl()
     redis.call('pexpire', lock, ARGV[2])
     res_written()
     latch_outcome('0')

@@ -110,12 +110,12 @@ local function q_other_front()
     return v, n
 end
 
--- q_head_deadline: the deadline of head (the head, from q_front), nil for
--- a head without one (H1).
 -- HD_O, HD_V: the deadline of HD_O as read, until the script writes the
 -- queue (every writer below clears HD_O).
 local HD_O, HD_V
 
+-- q_head_deadline: the deadline of head (the head, from q_front), nil for
+-- a head without one (H1).
 local function q_head_deadline(head)
     if HD_O ~= head then
         HD_O, HD_V = head, tonumber(redis.call('zscore', timeouts, head))

@@ -77,12 +77,13 @@ local function seq_field(set, field, v)
     end
 end
 
--- q_reset: the queue is inconsistent: start again from an empty queue.
+-- q_emptied: the queue is known empty (found so, or deleted).
 local function q_emptied()
     ENDS, FRONT_OK, FRONT_H, FRONT_S = nil, true, nil, nil
     NODE_O, NODE_V, EMPTY = nil, nil, true
 end
 
+-- q_reset: the queue is inconsistent: start again from an empty queue.
 local function q_reset()
     redis.call('del', sq)
     q_emptied()
@@ -116,8 +117,9 @@ local function q_check()
     if not h and not t and not v[3] and not v[4] then
         if redis.call('exists', sq) == 1 then
             q_reset() -- node fields without a head
+        else
+            q_emptied()
         end
-        q_emptied()
         return nil, nil
     end
     if not h or not t or not tonumber(v[3]) or not tonumber(v[4]) then

@@ -44,7 +44,9 @@ local FREE = FAST_FREE
 -- read since the last write to the lock; res_written clears it).
 local PTTL
 
-local function lock_pttl()
+-- res_pttl: the lock's PTTL (-2: no lock), the base of a new waiter's
+-- deadline (Redisson's rule); read once until the script writes the lock.
+local function res_pttl()
     if PTTL == nil then
         PTTL = redis.call('pttl', LOCK)
     end
@@ -70,9 +72,8 @@ local function res_count(owner)
     local n = redis.call('hget', LOCK, owner)
     if n then
         FREE = false
-        return n
     end
-    return nil
+    return n or nil
 end
 
 -- res_freed: the script deleted the lock hash.
@@ -95,24 +96,20 @@ end
 
 local function res_reenter(owner, lease)
     if redis.call('hexists', LOCK, owner) == 1 then
-        local pttl = lock_pttl()
+        local pttl = res_pttl()
         redis.call('hincrby', LOCK, owner, 1)
         redis.call('pexpire', LOCK, lease)
-        PTTL = nil
+        res_written()
         return true, pttl == -1 or tonumber(lease) < pttl
     end
     return false, false
-end
-
-local function res_pttl()
-    return lock_pttl()
 end
 
 local function res_blocked(_)
     if FREE then
         return nil -- known free in this script: no PTTL to read
     end
-    local pttl = lock_pttl()
+    local pttl = res_pttl()
     if pttl == -2 then
         return nil
     end

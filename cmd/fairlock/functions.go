@@ -48,7 +48,7 @@ func runFunctions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	libs, err := rdb.FunctionList(rctx, redis.FunctionListQuery{
 		LibraryNamePattern: wire.LibraryPrefix + "*", WithCode: true}).Result()
 	if err != nil {
-		if strings.Contains(strings.ToLower(err.Error()), "unknown command") {
+		if wire.NoFunctions(err) {
 			fmt.Fprintln(stdout, "this Redis has no Functions (Redis 6 or older): the library sends its scripts with EVALSHA and loads no function library")
 			return 0
 		}
@@ -60,9 +60,6 @@ func runFunctions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var other []redis.Library
 	otherBytes := 0
 	for _, l := range libs {
-		if !strings.HasPrefix(l.Name, wire.LibraryPrefix) {
-			continue // (the pattern is a glob; be sure)
-		}
 		state := "used by this build"
 		if !ours[l.Name] {
 			state = "not this build's"

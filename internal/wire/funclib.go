@@ -301,6 +301,11 @@ func noFunctionsReply(msg string) bool {
 		strings.HasPrefix(msg, "NOPERM") && strings.Contains(msg, "'fcall'")
 }
 
+// NoFunctions reports whether err is a server's answer that it has no
+// Functions for this client (Redis 6 and miniredis: unknown command; an ACL
+// user without FCALL), as a script call reads it.
+func NoFunctions(err error) bool { return err != nil && noFunctionsReply(err.Error()) }
+
 // LibraryPrefix starts the name of every function library this module loads
 // ("fairlock_<sha1 of the script>").
 const LibraryPrefix = "fairlock_"
