@@ -208,12 +208,13 @@ func WithReplicaAck(timeout time.Duration) Option {
 }
 
 // WithFunctions(false) makes the locks send their scripts with EVALSHA (and
-// EVAL), never as Redis Functions. By default, on a *redis.Client whose
-// server has Functions (Redis 7 and later), each script is loaded once as a
-// function library named fairlock_<sha1 of the script> (FUNCTION LOAD) and
-// sent with FCALL, which saves Redis the definition of its shared functions
-// at every call; a server without Functions, a user not allowed FUNCTION
-// LOAD or FCALL, cluster and ring clients keep EVALSHA by themselves. Turn
+// EVAL), never as Redis Functions. By default, on a *redis.Client or a
+// *redis.ClusterClient whose servers have Functions (Redis 7 and later),
+// each script is loaded once as a function library named fairlock_<sha1 of
+// the script> (FUNCTION LOAD, on a cluster on the primary of the lock's
+// slot) and sent with FCALL, which saves Redis the definition of its shared
+// functions at every call; a server without Functions, a user not allowed
+// FUNCTION LOAD or FCALL, and ring clients keep EVALSHA by themselves. Turn
 // it off where libraries must not be loaded into the server. It applies to
 // rdb: every Client made over the same go-redis client sends EVALSHA from
 // then on. WithFunctions(true) is the default.

@@ -109,8 +109,8 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	if cfg.Observer != nil {
 		s.obs = newObserver(cfg.Observer)
 	}
-	if c, ok := rdb.(*redis.Client); ok && cfg.NoFunctions {
-		wire.DisableFunctions(c)
+	if cfg.NoFunctions {
+		wire.DisableFunctions(rdb)
 	}
 	s.resendAfter = resendAfter(rdb)
 	s.enforcesDeadlines = enforcesDeadlines(rdb)

@@ -69,13 +69,13 @@ func (b *cmdBuf) run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
 		}
 		return sc.Run(ctx, rdb, keys, b.args[3+b.nkeys:]...)
 	}
-	if c, ok := rdb.(*redis.Client); ok {
-		if f := b.s.fn[b.file]; f != nil && !f.broken.Load() && functionsOK(c) {
-			if cmd, done := b.fcall(ctx, c, f); done {
-				return cmd
-			}
-			b.args[0], b.args[1] = "evalsha", b.s.boxedSha[b.file]
+	// A cluster call needs a key: it names the node that runs it, and
+	// the node to load the library on.
+	if f := b.s.fn[b.file]; f != nil && !f.broken.Load() && functionsOK(p) && (b.nkeys > 0 || !isCluster(p)) {
+		if cmd, done := b.fcall(ctx, p, f); done {
+			return cmd
 		}
+		b.args[0], b.args[1] = "evalsha", b.s.boxedSha[b.file]
 	}
 	cmd := redis.NewCmd(ctx, b.args...)
 	if b.nkeys > 0 {
@@ -93,6 +93,8 @@ func (b *cmdBuf) run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
 	}
 	return cmd
 }
+
+func isCluster(p processor) bool { _, ok := p.(*redis.ClusterClient); return ok }
 
 // The box cache: boxed values of strings and integers that repeat, so that
 // passing them as []any does not allocate each time. A value hashes to a

@@ -188,12 +188,13 @@ func (s *SemFairScripts) Set() *Scripts { return s.set }
 // Set returns the multi-seat hold's scripts as a Scripts.
 func (s *SeatsScripts) Set() *Scripts { return s.set }
 
-// fcall sends the call as FCALL of f on c, loading f's library first when
-// the server does not have it (a server started since, or never sent it).
+// fcall sends the call as FCALL of f on c (a plain or a cluster client),
+// loading f's library first where the call's keys live when that server
+// does not have it (a server started since, or never sent it).
 // done false: the server cannot run it as a function (no Functions, as
 // Redis 6 and miniredis; a user not allowed FUNCTION LOAD; a library it
 // refused), and the caller sends it with EVALSHA; the call has not run.
-func (b *cmdBuf) fcall(ctx context.Context, c *redis.Client, f *function) (cmd *redis.Cmd, done bool) {
+func (b *cmdBuf) fcall(ctx context.Context, c processor, f *function) (cmd *redis.Cmd, done bool) {
 	b.args[0], b.args[1] = "fcall", f.boxedName
 	for attempt := 0; ; attempt++ {
 		cmd = redis.NewCmd(ctx, b.args...)
@@ -211,10 +212,23 @@ func (b *cmdBuf) fcall(ctx context.Context, c *redis.Client, f *function) (cmd *
 		case !functionMissing(err.Error()):
 			return cmd, true // the function's own error
 		case attempt > 0:
-			return nil, false // gone again at once (FUNCTION FLUSH): EVALSHA
+			// gone again at once (FUNCTION FLUSH), or on a cluster the
+			// call went to a node the load did not reach (a slot being
+			// migrated, a slot map not yet reloaded): EVALSHA
+			return nil, false
+		}
+		node := c
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			// Libraries are per node: load it on the primary of the
+			// call's slot (replicas follow it, and a promoted one has it).
+			n, err := cc.MasterForKey(ctx, b.args[3].(string))
+			if err != nil {
+				return nil, false
+			}
+			node = n
 		}
 		load := redis.NewCmd(ctx, "function", "load", f.lib)
-		_ = c.Process(ctx, load)
+		_ = node.Process(ctx, load)
 		if err := load.Err(); err != nil && !strings.Contains(err.Error(), "already exists") {
 			if !isRedisError(err) {
 				cmd.SetErr(err) // the connection's error: the call's
@@ -235,23 +249,43 @@ func isRedisError(err error) bool {
 	return errors.As(err, &re)
 }
 
-// noFuncs holds the clients whose server has no Functions for this module
-// (weakly: a client's entry goes with it).
-var noFuncs sync.Map // weak.Pointer[redis.Client] -> struct{}
+// noFuncs holds the clients whose servers have no Functions for this
+// module (weakly: a client's entry goes with it).
+var noFuncs sync.Map // weak.Pointer[redis.Client or redis.ClusterClient] -> struct{}
 
-func functionsOK(c *redis.Client) bool {
-	_, no := noFuncs.Load(weak.Make(c))
+// functionsOK reports whether calls over c are sent as FCALL: c is a plain
+// or a cluster client not known to lack Functions. Other clients (Ring, a
+// pipeline) use EVALSHA.
+func functionsOK(c processor) bool {
+	var no bool
+	switch c := c.(type) {
+	case *redis.Client:
+		_, no = noFuncs.Load(weak.Make(c))
+	case *redis.ClusterClient:
+		_, no = noFuncs.Load(weak.Make(c))
+	default:
+		return false
+	}
 	return !no
 }
 
 // DisableFunctions makes every call over c use EVALSHA (fairlock's
 // WithFunctions(false)).
-func DisableFunctions(c *redis.Client) { noFunctions(c) }
+func DisableFunctions(c redis.UniversalClient) { noFunctions(c) }
 
-func noFunctions(c *redis.Client) {
+func noFunctions(c any) {
+	switch c := c.(type) {
+	case *redis.Client:
+		markNoFunctions(c)
+	case *redis.ClusterClient:
+		markNoFunctions(c)
+	}
+}
+
+func markNoFunctions[T any](c *T) {
 	w := weak.Make(c)
 	if _, had := noFuncs.LoadOrStore(w, struct{}{}); !had {
-		runtime.AddCleanup(c, func(w weak.Pointer[redis.Client]) { noFuncs.Delete(w) }, w)
+		runtime.AddCleanup(c, func(w weak.Pointer[T]) { noFuncs.Delete(w) }, w)
 	}
 }
 
