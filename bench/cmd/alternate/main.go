@@ -33,7 +33,8 @@ type locker interface {
 }
 
 func main() {
-	addr := flag.String("redis", "", "host:port of a Redis (required)")
+	addr := flag.String("redis", "", "host:port of a Redis (this or --cluster is required)")
+	cluster := flag.String("cluster", "", "comma-separated host:port seeds of a Redis Cluster: the locks' clients are *redis.ClusterClient, and the floor runs on the primary of its key's slot")
 	rounds := flag.Int("rounds", 5, "rounds")
 	n := flag.Int("n", 200, "handoffs per kind per round")
 	only := flag.String("kinds", "", "comma-separated kinds (default: reentrant,fair,scalable)")
@@ -52,26 +53,35 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if *addr == "" {
-		fmt.Fprintln(os.Stderr, "--redis is required")
+	if (*addr == "") == (*cluster == "") {
+		fmt.Fprintln(os.Stderr, "one of --redis and --cluster is required")
 		os.Exit(2)
 	}
 	ctx := context.Background()
-	mk := func(opts ...fairlock.Option) (*redis.Client, *fairlock.Client) {
-		rdb := redis.NewClient(&redis.Options{Addr: *addr})
+	mk := func(opts ...fairlock.Option) (redis.UniversalClient, *fairlock.Client) {
+		var rdb redis.UniversalClient
+		if *cluster != "" {
+			rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(*cluster, ",")})
+		} else {
+			rdb = redis.NewClient(&redis.Options{Addr: *addr})
+		}
 		fl, err := fairlock.NewClient(rdb, opts...)
 		if err != nil {
 			panic(err)
 		}
 		return rdb, fl
 	}
-	r1, c1 := mk()
-	r2, c2 := mk()
-	defer r1.Close()
-	defer r2.Close()
+	u1, c1 := mk()
+	u2, c2 := mk()
+	defer u1.Close()
+	defer u2.Close()
 	defer c1.Close()
 	defer c2.Close()
 	prefix := fmt.Sprintf("alt%d:", time.Now().UnixNano())
+	// The floor's keys share a hash tag, so that on a cluster they are
+	// one slot's, served by the node client of its primary.
+	floorCh := "{" + prefix + "floor}"
+	r1, r2 := asClient(ctx, u1, floorCh), asClient(ctx, u2, floorCh)
 	type kind struct {
 		name string
 		x, y locker
@@ -111,7 +121,7 @@ func main() {
 	for r := 0; r < *rounds; r++ {
 		lat := map[string][]time.Duration{}
 		for c := 0; c < max(1, *n / *chunk); c++ {
-			lat["floor"] = append(lat["floor"], floor(ctx, r1, r2, prefix+"floor", *chunk)...)
+			lat["floor"] = append(lat["floor"], floor(ctx, r1, r2, floorCh, *chunk)...)
 			for _, k := range kinds {
 				lat[k.name] = append(lat[k.name], alternate(ctx, k.x, k.y, *chunk)...)
 			}
@@ -132,6 +142,19 @@ func main() {
 		fmt.Printf("  %s %.2f", k.name, v[len(v)/2])
 	}
 	fmt.Println()
+}
+
+// asClient is u itself, or on a cluster the client of the primary that
+// serves key.
+func asClient(ctx context.Context, u redis.UniversalClient, key string) *redis.Client {
+	if cc, ok := u.(*redis.ClusterClient); ok {
+		c, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			panic(err)
+		}
+		return c
+	}
+	return u.(*redis.Client)
 }
 
 // background: Lock and Unlock get a context that never ends (--background).
