@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -45,7 +46,53 @@ func runFunctions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	defer rdb.Close()
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	libs, err := rdb.FunctionList(rctx, redis.FunctionListQuery{
+	nodes, closeNodes, err := primaries(rctx, rdb, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "fairlock functions: %v\n", err)
+		return 1
+	}
+	defer closeNodes()
+	for _, node := range nodes {
+		if len(nodes) > 1 {
+			fmt.Fprintf(stdout, "primary %s:\n", node.Options().Addr)
+		}
+		if code := functionsOn(rctx, node, *prune, stdout, stderr); code != 0 {
+			return code
+		}
+	}
+	return 0
+}
+
+// primaries are the servers to read: rdb itself, or, when it is a node of
+// a Redis Cluster, the cluster's primaries (each holds its own libraries;
+// replicas copy their primary's), in address order. closeNodes releases
+// what it opened.
+func primaries(ctx context.Context, rdb *redis.Client, o *redis.Options) (nodes []*redis.Client, closeNodes func(), err error) {
+	info, err := rdb.Info(ctx, "cluster").Result()
+	if err != nil || !strings.Contains(info, "cluster_enabled:1") {
+		// not a cluster (or an INFO the server refuses: read it as one)
+		return []*redis.Client{rdb}, func() {}, nil
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{o.Addr}, Username: o.Username,
+		Password: o.Password, TLSConfig: o.TLSConfig, DialTimeout: o.DialTimeout})
+	var mu sync.Mutex
+	err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		mu.Lock()
+		nodes = append(nodes, c)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		_ = cc.Close()
+		return nil, nil, fmt.Errorf("the cluster's primaries: %w", err)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Options().Addr < nodes[j].Options().Addr })
+	return nodes, func() { _ = cc.Close() }, nil
+}
+
+// functionsOn lists (and with prune deletes) the libraries of one server.
+func functionsOn(ctx context.Context, rdb *redis.Client, prune bool, stdout, stderr io.Writer) int {
+	libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{
 		LibraryNamePattern: wire.LibraryPrefix + "*", WithCode: true}).Result()
 	if err != nil {
 		if wire.NoFunctions(err) {
@@ -70,14 +117,14 @@ func runFunctions(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	fmt.Fprintf(stdout, "%d function libraries of fairlock: %d used by this build, %d not (%d bytes of code)\n",
 		len(libs), len(libs)-len(other), len(other), otherBytes)
-	if !*prune {
+	if !prune {
 		if len(other) > 0 {
 			fmt.Fprintln(stdout, "--prune deletes the ones not this build's (a client of another version loads its own again at its next call)")
 		}
 		return 0
 	}
 	for _, l := range other {
-		if err := rdb.FunctionDelete(rctx, l.Name).Err(); err != nil {
+		if err := rdb.FunctionDelete(ctx, l.Name).Err(); err != nil {
 			if strings.Contains(err.Error(), "Library not found") {
 				continue // deleted meanwhile
 			}

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -79,6 +81,81 @@ func TestFunctionsListsAndPrunes(t *testing.T) {
 		}
 	}
 	cycle()
+}
+
+// On a Redis Cluster every primary holds its own libraries (the library
+// loads each on the primary of the lock's slot): fairlock functions, given
+// any node, lists and prunes every primary's.
+func TestFunctionsOnACluster(t *testing.T) {
+	cl := redistest.ClusterT(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	prims, err := cl.Primaries(ctx)
+	require.NoError(t, err)
+	require.Len(t, prims, 3)
+	const old = "fairlock_1111111111111111111111111111111111111111"
+	libs := map[string]func() map[string]bool{}
+	for _, addr := range prims {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		require.NoError(t, rdb.FunctionLoad(ctx, "#!lua name="+old+
+			"\nredis.register_function('"+old+"', function(keys, args) return 1 end)").Err())
+		require.NoError(t, rdb.FunctionLoad(ctx,
+			"#!lua name=userlib\nredis.register_function('userfn', function(keys, args) return 1 end)").Err())
+		libs[addr] = func() map[string]bool {
+			l, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+			require.NoError(t, err)
+			names := map[string]bool{}
+			for _, x := range l {
+				names[x.Name] = true
+			}
+			return names
+		}
+	}
+	// A lock over a cluster client loads this build's libraries on its
+	// slot's primary.
+	cc := cl.Client(t)
+	c, err := fairlock.NewClient(cc)
+	require.NoError(t, err)
+	defer c.Close()
+	m, err := fair.New(c, "functions-cluster-test")
+	require.NoError(t, err)
+	require.NoError(t, m.Lock(ctx))
+	require.NoError(t, m.Unlock(ctx))
+
+	var out, errb bytes.Buffer
+	// Given a replica's address: it still reads the primaries.
+	replica := ""
+	for _, a := range cl.Addrs() {
+		if !slices.Contains(prims, a) {
+			replica = a
+		}
+	}
+	require.Equal(t, 0, runCtx(ctx, []string{"functions", "--redis", replica}, &out, &errb), errb.String())
+	for _, addr := range prims {
+		assert.Contains(t, out.String(), "primary "+addr+":\n")
+	}
+	assert.Equal(t, 3, strings.Count(out.String(), old+"  "), out.String())
+	assert.Contains(t, out.String(), "used by this build")
+	assert.NotContains(t, out.String(), "userlib")
+
+	out.Reset()
+	require.Equal(t, 0, runCtx(ctx, []string{"functions", "--redis", prims[0], "--prune"}, &out, &errb), errb.String())
+	assert.Equal(t, 3, strings.Count(out.String(), "deleted "+old), out.String())
+	ours := 0
+	for _, addr := range prims {
+		after := libs[addr]()
+		assert.False(t, after[old], "%s: the old library is still there", addr)
+		assert.True(t, after["userlib"], "%s: a library not of fairlock was deleted", addr)
+		for n := range after {
+			if strings.HasPrefix(n, "fairlock_") {
+				ours++
+			}
+		}
+	}
+	assert.Positive(t, ours, "this build's libraries were deleted")
+	require.NoError(t, m.Lock(ctx))
+	require.NoError(t, m.Unlock(ctx))
 }
 
 func TestFunctionsUsageAndServersWithout(t *testing.T) {

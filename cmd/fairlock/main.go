@@ -41,7 +41,8 @@
 // which of them this build's scripts use; --prune deletes the others,
 // which earlier (or later) versions loaded and which stay on the server
 // until deleted. A client of another version that still runs loads its
-// own again at its next call.
+// own again at its next call. Given a node of a Redis Cluster, it reads
+// (and prunes) every primary's libraries.
 //
 // Exit codes: 0 done; 1 an error (such as an unreachable Redis); 2 bad
 // usage; 3 inspect found an inconsistency of severity error; 4 inspect
@@ -129,7 +130,8 @@ inspect flags:
                    (default 0: never)
 
 functions flags:
-  --redis ADDR     host:port or redis:// URL (required)
+  --redis ADDR     host:port or redis:// URL (required); a node of a
+                   cluster: every primary is read
   --prune          delete the libraries this build does not use (other
                    versions'; a running client of one loads its own
                    again at its next call)
