@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock-go/fairlock/etcd/internal/etcdtest"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/fairlock-go/fairlock/etcd/internal/etcdtest"
 )
 
 // TestAllocsUncontended pins what an uncontended Lock+Unlock allocates

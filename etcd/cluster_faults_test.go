@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/etcd/internal/etcdtest"
 	"github.com/fairlock-go/fairlock/internal/faultproxy"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Fault tests on a 3-member cluster of embedded etcd members (loopback

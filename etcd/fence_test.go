@@ -6,10 +6,11 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/fence"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestTokenWithFence: the etcd Mutex's tokens are usable with package

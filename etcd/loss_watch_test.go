@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/faultproxy"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // holdState reads m's current hold without observing it (Done, Err, Key

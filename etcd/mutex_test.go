@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/etcd/internal/etcdtest"
 	"github.com/fairlock-go/fairlock/internal/faultproxy"
 	"github.com/fairlock-go/fairlock/multi"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 var _ multi.Member = (*Mutex)(nil)

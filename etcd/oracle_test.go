@@ -12,8 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock-go/fairlock"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/fairlock-go/fairlock"
 )
 
 // The etcd fair semaphore against golang.org/x/sync/semaphore.Weighted, the

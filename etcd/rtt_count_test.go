@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock-go/fairlock/etcd/internal/etcdtest"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+
+	"github.com/fairlock-go/fairlock/etcd/internal/etcdtest"
 )
 
 // rpcCount counts a client's gRPC calls by method: unary calls and opened

@@ -8,9 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fairlock-go/fairlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fairlock-go/fairlock"
 )
 
 // Semaphore is a fair weighted semaphore on etcd with the rule of

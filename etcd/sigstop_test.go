@@ -15,10 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock-go/fairlock"
-	"github.com/fairlock-go/fairlock/etcd/internal/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/etcd/internal/etcdtest"
 )
 
 // The paused holder, for real: the holder is a child process (this test

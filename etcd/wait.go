@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/fairlock-go/fairlock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fairlock-go/fairlock"
 )
 
 // waiter is one acquisition's way through the queue.

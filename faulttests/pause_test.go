@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // Issue 19: a fault the suite lacked. Redis refuses writes (CLIENT PAUSE

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock/internal/redistest"
 )
 
 // A Sentinel setup can fail over when the run did not ask it to: on a busy

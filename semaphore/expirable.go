@@ -20,10 +20,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fairlock-go/fairlock"
 	"github.com/fairlock-go/fairlock/internal/core"
 	"github.com/fairlock-go/fairlock/internal/wire"
-	"github.com/redis/go-redis/v9"
 )
 
 // Expirable is a handle on a permit-expirable semaphore (Redisson's

@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock-go/fairlock/internal/redistest"
 )
 
 // demo --stale-writer, on the embedded Redis and on a real one: the table

@@ -4,9 +4,10 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fairlock-go/fairlock/internal/watchdog"
 	"github.com/fairlock-go/fairlock/internal/wire"
-	"github.com/redis/go-redis/v9"
 )
 
 // The primitives whose holds are not fields of a lock hash (the semaphores:

@@ -6,8 +6,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // ForceUnlock deletes the lock whoever holds it and wakes a waiter. It

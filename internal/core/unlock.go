@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fairlock-go/fairlock/internal/wire"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
 // unlockRetries is how many times an unlock is sent when Redis does not
