@@ -43,13 +43,14 @@ func (s *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-// take returns the script commands seen since the last take.
-func (s *scriptCalls) take() []string {
+// take returns the script commands and the functions seen since the last
+// take.
+func (s *scriptCalls) take() ([]string, map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := s.kinds
-	s.kinds = nil
-	return k
+	k, f := s.kinds, s.funcs
+	s.kinds, s.funcs = nil, map[string]bool{}
+	return k, f
 }
 
 // On a cluster client the scripts are sent as Redis Functions, loaded on
@@ -103,7 +104,7 @@ func TestClusterSendsScriptsAsFunctions(t *testing.T) {
 				}
 				return len(libs) == 1
 			}
-			cycle := func(round string) {
+			cycle := func(round string) (funcs map[string]bool) {
 				t.Helper()
 				if err := m.Lock(ctx); err != nil {
 					t.Fatalf("%s, functions=%v, %s: %v", k.kind, functions, round, err)
@@ -111,7 +112,7 @@ func TestClusterSendsScriptsAsFunctions(t *testing.T) {
 				if err := m.Unlock(ctx); err != nil {
 					t.Fatalf("%s, functions=%v, %s: %v", k.kind, functions, round, err)
 				}
-				sent := calls.take()
+				sent, funcs := calls.take()
 				if len(sent) < 2 {
 					t.Fatalf("%s, functions=%v, %s: %d script calls seen for Lock and Unlock: %q", k.kind, functions, round, len(sent), sent)
 				}
@@ -120,20 +121,21 @@ func TestClusterSendsScriptsAsFunctions(t *testing.T) {
 						t.Fatalf("%s, functions=%v, %s: scripts sent as %q, want only %v", k.kind, functions, round, sent, want)
 					}
 				}
-				for f := range calls.funcs {
+				for f := range funcs {
 					if !has(f) {
 						t.Fatalf("%s, %s: the slot's primary %s lacks the library called, %s", k.kind, round, addr, f)
 					}
 				}
+				return funcs
 			}
-			cycle("first")
+			funcs := cycle("first")
 			if !functions {
 				continue
 			}
 			// Libraries are per node, and a flush or a new node has none:
 			// delete them on the primary; the next calls load them again
 			// there, still sent as FCALL.
-			for f := range calls.funcs {
+			for f := range funcs {
 				if err := primary.FunctionDelete(ctx, f).Err(); err != nil {
 					t.Fatal(err)
 				}
@@ -142,7 +144,6 @@ func TestClusterSendsScriptsAsFunctions(t *testing.T) {
 				}
 			}
 			cycle("after FUNCTION DELETE")
-			clear(calls.funcs)
 		}
 	}
 }
