@@ -38,19 +38,7 @@ func TestFunctionsListsAndPrunes(t *testing.T) {
 	}
 	cycle() // loads this build's libraries for the scripts it ran
 	const old = "fairlock_0000000000000000000000000000000000000000"
-	require.NoError(t, rdb.FunctionLoad(ctx, "#!lua name="+old+
-		"\nredis.register_function('"+old+"', function(keys, args) return 1 end)").Err())
-	require.NoError(t, rdb.FunctionLoad(ctx,
-		"#!lua name=userlib\nredis.register_function('userfn', function(keys, args) return 1 end)").Err())
-	libs := func() map[string]bool {
-		l, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result()
-		require.NoError(t, err)
-		names := map[string]bool{}
-		for _, x := range l {
-			names[x.Name] = true
-		}
-		return names
-	}
+	libs := loadOldAndUsers(ctx, t, rdb, old)
 	before := libs()
 	ours := 0
 	for n := range before {
@@ -98,19 +86,7 @@ func TestFunctionsOnACluster(t *testing.T) {
 	for _, addr := range prims {
 		rdb := redis.NewClient(&redis.Options{Addr: addr})
 		defer rdb.Close()
-		require.NoError(t, rdb.FunctionLoad(ctx, "#!lua name="+old+
-			"\nredis.register_function('"+old+"', function(keys, args) return 1 end)").Err())
-		require.NoError(t, rdb.FunctionLoad(ctx,
-			"#!lua name=userlib\nredis.register_function('userfn', function(keys, args) return 1 end)").Err())
-		libs[addr] = func() map[string]bool {
-			l, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result()
-			require.NoError(t, err)
-			names := map[string]bool{}
-			for _, x := range l {
-				names[x.Name] = true
-			}
-			return names
-		}
+		libs[addr] = loadOldAndUsers(ctx, t, rdb, old)
 	}
 	// A lock over a cluster client loads this build's libraries on its
 	// slot's primary.
@@ -173,4 +149,24 @@ func TestFunctionsUsageAndServersWithout(t *testing.T) {
 	out.Reset()
 	assert.Equal(t, 0, runCtx(ctx, []string{"functions", "--redis", mr.Addr()}, &out, &errb), errb.String())
 	assert.Contains(t, out.String(), "has no Functions")
+}
+
+// loadOldAndUsers loads on rdb's server a fake library of another fairlock
+// version, named old, and a user's library (userlib), and returns a reader
+// of the names of the server's libraries.
+func loadOldAndUsers(ctx context.Context, t *testing.T, rdb *redis.Client, old string) func() map[string]bool {
+	t.Helper()
+	require.NoError(t, rdb.FunctionLoad(ctx, "#!lua name="+old+
+		"\nredis.register_function('"+old+"', function(keys, args) return 1 end)").Err())
+	require.NoError(t, rdb.FunctionLoad(ctx,
+		"#!lua name=userlib\nredis.register_function('userfn', function(keys, args) return 1 end)").Err())
+	return func() map[string]bool {
+		l, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+		require.NoError(t, err)
+		names := map[string]bool{}
+		for _, x := range l {
+			names[x.Name] = true
+		}
+		return names
+	}
 }
