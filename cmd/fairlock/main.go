@@ -67,6 +67,7 @@ import (
 
 	"github.com/fairlock-go/fairlock/cmd/fairlock/internal/demo"
 	"github.com/fairlock-go/fairlock/cmd/fairlock/internal/inspect"
+	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -95,6 +96,9 @@ demo flags:
   --hold D         mean time the lock is held per booking     (default 2ms)
   --lock KIND      fair, reentrant or both                    (default both)
                    (with --permits: fair-semaphore, semaphore or both)
+  --engine E       the fair lock's engine: redisson (Redisson's keys, Java
+                   clients can share the lock) or scalable (O(1) per
+                   operation, Go clients only)           (default redisson)
   --permits N      N booking windows: each booking holds one permit of a
                    semaphore of N, the fair one then Redisson's (unfair)
   --multi N        each booking wants 1-N adjacent seats of a row (N <= 10),
@@ -258,6 +262,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.Seats, "seats", 200, "")
 	fs.DurationVar(&c.Hold, "hold", 2*time.Millisecond, "")
 	kind := fs.String("lock", "both", "")
+	engine := fs.String("engine", "redisson", "")
 	addr := fs.String("redis", "", "")
 	fs.Uint64Var(&c.Seed, "seed", 1, "")
 	grants := fs.Int("grants", 16, "")
@@ -296,6 +301,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		c.Kinds = []string{*kind}
 	default:
 		return bad("--lock %q: must be fair, reentrant or both", *kind)
+	}
+	switch *engine {
+	case "redisson":
+	case "scalable":
+		c.Engine = fair.Scalable
+	default:
+		return bad("--engine %q: must be redisson or scalable", *engine)
+	}
+	if *stale && flagSet(fs, "engine") {
+		return bad("--engine with --stale-writer: the stale-writer demo has a lock of its own")
 	}
 	if *grants < 0 {
 		return bad("--grants %d: must be 0 or more", *grants)

@@ -109,10 +109,22 @@ func checkResult(t *testing.T, c demo.Config, r *demo.Result) {
 	assert.Equal(t, c.Seats, total, "%s: seats per contender add up", r.Kind)
 }
 
+// TestDemoArrivalAndGrantOrder runs the demo with the fair lock on each
+// engine (--engine): the fair lock grants in arrival order, and its queue,
+// read after each queued arrival, lists the waiters in arrival order.
 func TestDemoArrivalAndGrantOrder(t *testing.T) {
+	for _, engine := range []fair.Engine{fair.Redisson, fair.Scalable} {
+		t.Run(map[fair.Engine]string{fair.Redisson: "redisson", fair.Scalable: "scalable"}[engine], func(t *testing.T) {
+			demoArrivalAndGrantOrder(t, engine)
+		})
+	}
+}
+
+func demoArrivalAndGrantOrder(t *testing.T, engine fair.Engine) {
 	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
 		c := smallDemo(b, redistest.Prefix(t))
 		c.Keep = true
+		c.Engine = engine
 		rs, err := demo.Run(testCtx(t), c)
 		require.NoError(t, err)
 		require.Len(t, rs, 2)
@@ -627,6 +639,10 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"demo", "--clients", "x"}, 2, "invalid value", true},
 		{[]string{"demo", "--clients", "0"}, 2, "--clients 0", true},
 		{[]string{"demo", "--lock", "unfair"}, 2, `--lock "unfair"`, true},
+		{[]string{"demo", "--engine", "java"}, 2, `--engine "java": must be redisson or scalable`, true},
+		{[]string{"demo", "--engine", "scalable", "--permits", "2"}, 2, "--engine: the fair lock's engine, without the fair lock", true},
+		{[]string{"demo", "--engine", "scalable", "--lock", "reentrant"}, 2, "--engine: the fair lock's engine, without the fair lock", true},
+		{[]string{"demo", "--engine", "scalable", "--stale-writer"}, 2, "--engine with --stale-writer", true},
 		{[]string{"demo", "--nope"}, 2, "flag provided but not defined", true},
 		{[]string{"demo", "extra"}, 2, `unexpected argument "extra"`, true},
 		{[]string{"--seats", "-1"}, 2, "--seats -1", true},

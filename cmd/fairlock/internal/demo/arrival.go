@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -27,7 +28,7 @@ type arrivalHook struct {
 // label (permitLocker.Owner).
 type arrivalKey struct{}
 
-func newArrivalHook(kind string, scripts *wire.Scripts, semFair *wire.SemFairScripts) *arrivalHook {
+func newArrivalHook(kind string, engine fair.Engine, scripts *wire.Scripts, semFair *wire.SemFairScripts) *arrivalHook {
 	file := wire.FileAcquire
 	switch kind {
 	case SeatsHold, brokenOneLock, brokenPolling:
@@ -41,6 +42,9 @@ func newArrivalHook(kind string, scripts *wire.Scripts, semFair *wire.SemFairScr
 		return &arrivalHook{sha: scripts.Script(file).Hash(), byCtx: true, pending: map[string]func(bool){}}
 	case Fair:
 		file = wire.FileFairTryLockWait
+		if engine == fair.Scalable {
+			return &arrivalHook{sha: wire.ScalableDefault().Script(file).Hash(), pending: map[string]func(bool){}}
+		}
 	case Semaphore:
 		file = wire.FileSemAcquire
 	case FairSemaphore:

@@ -12,8 +12,10 @@
 // takes its arrival number until its first attempt has returned), so the
 // arrival numbers are exactly the order of those scripts in Redis, not an
 // estimate from client-side clocks. For the fair lock the demo also reads the
-// queue (LRANGE) after each queued arrival, while still holding the gate, and
-// checks that the queue lists waiters in arrival order with the newcomer last.
+// queue after each queued arrival (the Redisson engine's list with LRANGE, the
+// scalable engine's hash with HGETALL, walked from its head), while still
+// holding the gate, and checks that the queue lists waiters in arrival order
+// with the newcomer last.
 //
 // Grant order is the order of the Lock calls' returns, numbered inside the
 // critical section: grants are mutually exclusive, so that numbering is
@@ -34,12 +36,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
 
@@ -56,7 +60,10 @@ type Config struct {
 	Seats      int           // seats to book
 	Hold       time.Duration // mean time the lock is held per booking (uniform in [hold/2, 3hold/2])
 	Kinds      []string      // lock kinds to run, in order
-	Seed       uint64        // seed of the hold-time jitter
+	// Engine is the fair lock's engine (kind Fair): fair.Redisson (the
+	// default, Redisson's keys) or fair.Scalable.
+	Engine fair.Engine
+	Seed   uint64 // seed of the hold-time jitter
 	// Redis are the options of every go-redis client the demo makes.
 	Redis *redis.Options
 	// Prefix namespaces every key; empty: a random "fairlock-demo:<hex>:".
@@ -117,6 +124,10 @@ func (c *Config) Validate() error {
 		return errors.New("--multi and --permits: choose one")
 	case c.GiveUp < 0:
 		return fmt.Errorf("--give-up %v: must be positive", c.GiveUp)
+	case c.Engine != fair.Redisson && c.Engine != fair.Scalable:
+		return fmt.Errorf("engine %d: must be fair.Redisson or fair.Scalable", c.Engine)
+	case c.Engine != fair.Redisson && !slices.Contains(c.Kinds, Fair):
+		return errors.New("--engine: the fair lock's engine, without the fair lock (--lock fair or both, no --permits or --multi)")
 	}
 	for _, k := range c.Kinds {
 		switch {

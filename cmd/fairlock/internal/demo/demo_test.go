@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock-go/fairlock"
+	"github.com/fairlock-go/fairlock/fair"
 	"github.com/fairlock-go/fairlock/internal/redistest"
 	"github.com/fairlock-go/fairlock/internal/wire"
 )
@@ -121,5 +123,61 @@ func TestPermitsModeCatchesAnUnfairSemaphore(t *testing.T) {
 		inv, _ := r.Inversions()
 		assert.Positive(t, inv, "inversions")
 		assert.LessOrEqual(t, r.MaxHeld, c.Permits)
+	})
+}
+
+// TestQueueCheckOnEachEngine shows that the queue check fails on a queue
+// out of arrival order, on either engine's keys: each queue is written by
+// hand (the Redisson engine's list; the scalable engine's hash, linked from
+// its head, lua/queue_scalable.lua), not by the library.
+func TestQueueCheckOnEachEngine(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := context.Background()
+		rdb := b.Client(t)
+		for _, engine := range []fair.Engine{fair.Redisson, fair.Scalable} {
+			name := redistest.Prefix(t) + "q" + fmt.Sprint(engine)
+			keys := wire.KeysFor(name)
+			write := func(owners ...string) {
+				require.NoError(t, rdb.Del(ctx, keys.Name, keys.Queue, keys.ScalableQueue()).Err())
+				if engine == fair.Redisson {
+					require.NoError(t, rdb.RPush(ctx, keys.Queue, owners).Err())
+					return
+				}
+				h := map[string]any{"h": owners[0], "t": owners[len(owners)-1]}
+				for i, o := range owners {
+					next := ""
+					if i+1 < len(owners) {
+						next = owners[i+1]
+					}
+					h["n:"+o] = next
+				}
+				require.NoError(t, rdb.HSet(ctx, keys.ScalableQueue(), h).Err())
+			}
+			r := &run{c: Config{Engine: engine}, keys: keys, observer: rdb,
+				seqOf: map[string]int{"a": 1, "b": 2, "c": 3}, result: &Result{}}
+			check := func(owner string, owners ...string) int {
+				write(owners...)
+				before := r.result.QueueMismatches
+				r.checkQueue(ctx, owner)
+				return r.result.QueueMismatches - before
+			}
+			assert.Equal(t, 0, check("c", "a", "b", "c"), "engine %d: in arrival order", engine)
+			assert.Equal(t, 1, check("c", "b", "a", "c"), "engine %d: a before b", engine)
+			assert.Equal(t, 1, check("b", "a", "c", "b"), "engine %d: the newcomer behind a later arrival", engine)
+			assert.Equal(t, 1, check("c", "a", "b"), "engine %d: the newcomer missing and not holding", engine)
+			if engine == fair.Scalable {
+				// a link back to the head: the walk ends, c is missed
+				write("a", "b", "c")
+				require.NoError(t, rdb.HSet(ctx, keys.ScalableQueue(), "n:b", "a").Err())
+				q, _, err := r.readQueue(ctx, "c")
+				require.NoError(t, err)
+				assert.Equal(t, []string{"a", "b"}, q, "a loop")
+			}
+			require.NoError(t, rdb.HSet(ctx, keys.Name, "c", 1).Err())
+			r.checkQueue(ctx, "c")
+			assert.Equal(t, 3, r.result.QueueMismatches, "engine %d: granted meanwhile: the newcomer holds the lock", engine)
+			assert.Equal(t, 5, r.result.QueueChecks)
+			require.NoError(t, rdb.Del(ctx, keys.Name, keys.Queue, keys.ScalableQueue()).Err())
+		}
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/fairlock-go/fairlock/fair"
 )
 
 // Header writes what the demo is about to do.
@@ -18,6 +20,9 @@ func Header(w io.Writer, c Config, redisDesc string) {
 	} else {
 		fmt.Fprintf(w, "Seat booking: %d clients x %d goroutines book %d seats, lock held ~%v per booking\n",
 			c.Clients, c.Goroutines, c.Seats, c.Hold)
+	}
+	if c.Engine == fair.Scalable && slices.Contains(c.Kinds, Fair) {
+		fmt.Fprintf(w, "The fair lock on the scalable engine (fair.WithEngine(fair.Scalable))\n")
 	}
 	fmt.Fprintf(w, "Redis: %s; key names contain %q\n", redisDesc, c.Prefix)
 	fmt.Fprintf(w, "(deleted at the end; unlock and acquisition latches expire by themselves within 10s)\n\n")
