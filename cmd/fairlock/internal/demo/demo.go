@@ -13,9 +13,9 @@
 // arrival numbers are exactly the order of those scripts in Redis, not an
 // estimate from client-side clocks. For the fair lock the demo also reads the
 // queue after each queued arrival (the Redisson engine's list with LRANGE, the
-// scalable engine's hash with HGETALL, walked from its head), while still
-// holding the gate, and checks that the queue lists waiters in arrival order
-// with the newcomer last.
+// scalable engine's hash walked from its head by a script of the demo's own),
+// while still holding the gate, and checks that the queue lists waiters in
+// arrival order with the newcomer last.
 //
 // Grant order is the order of the Lock calls' returns, numbered inside the
 // critical section: grants are mutually exclusive, so that numbering is

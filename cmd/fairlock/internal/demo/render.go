@@ -21,7 +21,7 @@ func Header(w io.Writer, c Config, redisDesc string) {
 		fmt.Fprintf(w, "Seat booking: %d clients x %d goroutines book %d seats, lock held ~%v per booking\n",
 			c.Clients, c.Goroutines, c.Seats, c.Hold)
 	}
-	if c.Engine == fair.Scalable && slices.Contains(c.Kinds, Fair) {
+	if c.Engine == fair.Scalable { // (Validate: only with the fair lock)
 		fmt.Fprintf(w, "The fair lock on the scalable engine (fair.WithEngine(fair.Scalable))\n")
 	}
 	fmt.Fprintf(w, "Redis: %s; key names contain %q\n", redisDesc, c.Prefix)

@@ -355,10 +355,10 @@ func (r *run) readQueue(ctx context.Context, owner string) ([]string, bool, erro
 		if len(v) != 2 {
 			return nil, false, fmt.Errorf("scalable queue: reply %v", v)
 		}
-		var q []string
-		for _, o := range anySlice(v[0]) {
-			s, _ := o.(string)
-			q = append(q, s)
+		list, _ := v[0].([]any)
+		q := make([]string, len(list))
+		for i, o := range list {
+			q[i], _ = o.(string)
 		}
 		return q, v[1] == int64(1), nil
 	}
@@ -373,8 +373,6 @@ func (r *run) readQueue(ctx context.Context, owner string) ([]string, bool, erro
 	}
 	return lrange.Val(), holds.Val(), nil
 }
-
-func anySlice(v any) []any { s, _ := v.([]any); return s }
 
 // walkScalable lists the scalable engine's queue from its head, as
 // lua/queue_scalable.lua keeps it (a hash whose field h is the head and
