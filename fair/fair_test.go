@@ -440,7 +440,8 @@ func recordMessages(t testing.TB, rdb *redis.Client, name string) func() []strin
 
 // A release wakes the head and the waiter behind it (the head to take the
 // lock, the second to prune the head if it is dead), and the lock's plain
-// channel (reentrant waiters of the same name); a take wakes the new head and
+// channel (reentrant waiters of the same name) unless it grants the lock
+// directly (issue 33: the lock is held again); a take wakes the new head and
 // the new second. Nobody further back is ever woken. A waiter woken while
 // the lock is held (after a take), or the second when the lock is freed,
 // gets a note, the reply its attempt would get, and a release grants the
@@ -479,11 +480,11 @@ func TestWakeUpsReachOnlyTheFrontOfTheQueue(t *testing.T) {
 		// a wake-up that carries its reply, with the waiter's place (its
 		// sleep, a PTTL, left out)
 		note := func(w string, ahead int) string { return strings.TrimSuffix(w, "=0") + "=s:" + strconv.Itoa(ahead) }
-		// The release grants the lock to the head (its grant message) and
-		// wakes the new first two once (they moved up), with the reply
-		// their attempt would get, since the lock is held; nobody runs a
-		// script.
-		want := []string{plain, grant(w0), note(w1, 0), note(w2, 1)}
+		// The release grants the lock to the head (its grant message, and
+		// nothing on the plain channel: the lock is held again) and wakes
+		// the new first two once (they moved up), with the reply their
+		// attempt would get, since the lock is held; nobody runs a script.
+		want := []string{grant(w0), note(w1, 0), note(w2, 1)}
 		raw := messages
 		messages = func() []string {
 			out := raw()
@@ -506,8 +507,8 @@ func TestWakeUpsReachOnlyTheFrontOfTheQueue(t *testing.T) {
 		require.NoError(t, <-res)
 		require.NoError(t, ms[2].Unlock(ctx))
 		want = append(want,
-			plain, grant(w1), note(w2, 0), // m0 releases, granting m1: m2 is the new head
-			plain, grant(w2), // m1 releases, granting m2
+			grant(w1), note(w2, 0), // m0 releases, granting m1: m2 is the new head
+			grant(w2), // m1 releases, granting m2
 			plain) // m2 releases: nobody is queued
 		require.Eventually(t, func() bool { return len(messages()) >= len(want) }, 10*time.Second, time.Millisecond)
 		assert.Equal(t, want, messages())

@@ -27,7 +27,8 @@
 -- keeps: a holder can always release.
 -- A release (and, hazard H4, an unlock that finds the lock gone: reply nil,
 -- where Redisson replies 1) publishes "0" on the lock's own channel, which
--- wakes reentrant waiters of the same name (not in Redisson), and wakes the
+-- wakes reentrant waiters of the same name (not in Redisson; not when the
+-- release grants the lock directly, below), and wakes the
 -- head of the queue and the waiter behind it (Redisson: the head only),
 -- after giving the head its grace; when this engine has no queue, the other
 -- engine's head and second are woken. With KEYS[8] and KEYS[9] given and
@@ -74,11 +75,11 @@ else
     latch_outcome('1')
     result, freed = 1, true
 end
-if result ~= 0 and freed then
+-- A release granted directly publishes nothing on the lock's own channel:
+-- the lock is held again, so a reentrant waiter woken there would only
+-- fail its take (issue 33: one command less per handoff).
+if result ~= 0 and freed and not (KEYS[9] and handoff(owner, q_front(), grace, KEYS[8], KEYS[9])) then
     redis.call(ARGV[5], KEYS[4], ARGV[1])
-    if KEYS[9] then
-        handoff(owner, q_front(), grace, KEYS[8], KEYS[9])
-    end
 end
 finish(nil, head0, second0, freed, grace)
 return result

@@ -237,8 +237,10 @@ func (l *Lock) FairAcquireFailed(server int64, owner string, waitMs, graceMs int
 }
 
 // FairUnlock is fair_unlock.lua: release one hold of owner, as Unlock does.
-// A release publishes on the lock channel (waking reentrant waiters) and
-// wakes the head and the waiter behind it, after giving the head its grace.
+// A release publishes on the lock channel (waking reentrant waiters) unless
+// it grants the lock directly (handoff: the lock is held again, a reentrant
+// waiter would only fail its take), and wakes the head and the waiter behind
+// it, after giving the head its grace.
 //
 // Not in Redisson (hazard H4): when the lock no longer exists at all
 // (expired, or forced), the reply is NotHeld, but the lock is free and
@@ -267,9 +269,8 @@ func (l *Lock) FairUnlock(server, now int64, owner string, leaseMs int64, reques
 			result, freed = Released, true
 		}
 	}
-	if result != StillHeld && freed {
+	if result != StillHeld && freed && !l.handoff(server, owner, graceMs) {
 		l.publish(l.names.Channel)
-		l.handoff(server, owner, graceMs)
 	}
 	l.finish(server, "", head0, second0, freed, graceMs)
 	return result
@@ -290,18 +291,18 @@ func (l *Lock) FairUnlock(server, now int64, owner string, leaseMs int64, reques
 // "g:<token>:<granted ms>:<request id>". No grant (the head takes the lock
 // itself): the caller's grace is off, the head is the caller, it joined
 // without a latch (no Note), is a Java client's on the Redisson engine, or
-// its latch exists (the request was given up).
-func (l *Lock) handoff(server int64, caller string, graceMs int64) {
+// its latch exists (the request was given up). Returns whether it granted.
+func (l *Lock) handoff(server int64, caller string, graceMs int64) bool {
 	if graceMs <= 0 || l.Locked() || len(l.Queue) == 0 {
-		return
+		return false
 	}
 	head := l.Queue[0]
 	n, ok := l.Notes[head]
 	if head == caller || !ok || !l.Handoff && !TakesNotes(head) {
-		return
+		return false
 	}
 	if _, exists := l.AcquireLatches[n.RequestID]; exists {
-		return
+		return false
 	}
 	ttl := min(n.LeaseMs, 2*graceMs)
 	l.takeOrReenter(server, head, ttl, n.SlotMs)
@@ -309,6 +310,7 @@ func (l *Lock) handoff(server int64, caller string, graceMs int64) {
 	l.AcquireLatches[n.RequestID] = AcquireLatch{State: LatchGranted, Token: l.Token, ExpiresAt: server + max(n.LatchMs, ttl)}
 	l.Published = append(l.Published, Message{Channel: l.names.WaiterChannel(head),
 		Payload: GrantMessage(l.Token, ttl, n.RequestID)})
+	return true
 }
 
 // GrantMessage is the payload of a direct handoff's message.

@@ -98,10 +98,11 @@ type Step struct {
 //   - wake-ups reach only the front of the queue: a fair operation publishes
 //     on the waiter channels of the head and the second after the step, at
 //     most once each, never the tryLockWait caller's (its reply bounds its
-//     sleep); on the lock channel only when it releases the lock;
+//     sleep); on the lock channel only when it releases the lock and
+//     does not grant it directly (issue 33: the lock is held again);
 //   - and they reach whoever must act: a waiter that moved into the first
 //     or second place is woken, the first two and the lock channel when a
-//     fair script frees the lock, the first two when it cuts the lease
+//     fair script frees the lock (the grantee instead when it grants it), the first two when it cuts the lease
 //     short or starts the head's grace;
 //   - no waiter acquires while an earlier live waiter is queued: when the
 //     lock is freshly taken, every waiter that was queued ahead of the
@@ -238,8 +239,13 @@ func (h *History) Observe(s Step) error {
 				add("published on %s, not the lock channel %s nor the fair head's", m.Channel, names.Channel)
 			}
 		case m.Channel == names.Channel:
-			if !release || after.Locked() && granted == "" {
+			switch {
+			case !release || after.Locked() && granted == "":
 				add("published on the lock channel without releasing the lock")
+			case granted != "":
+				// issue 33: the lock is held again; a reentrant waiter
+				// woken there would only fail its take
+				add("granted the lock to %s directly and published on the lock channel too", granted)
 			}
 		default:
 			w := strings.TrimPrefix(m.Channel, names.Channel+":")
@@ -263,7 +269,7 @@ func (h *History) Observe(s Step) error {
 			(before.LeaseEnd == NoExpiry || after.LeaseEnd < before.LeaseEnd-h.Slack)
 		graceStarted := after.GraceOwner != "" &&
 			(before.GraceOwner != after.GraceOwner || after.GraceEnd > before.GraceEnd+h.Slack)
-		if freed && !woken[names.Channel] {
+		if freed && granted == "" && !woken[names.Channel] {
 			add("released the lock without publishing on the lock channel")
 		}
 		for i, w := range []string{headA, secondA} {
