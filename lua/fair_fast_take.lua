@@ -25,9 +25,12 @@
 -- Otherwise the script goes on with the full path, which starts from the
 -- lock's state read here (FAST_FREE, see fair_token.lua): an attempt on a
 -- held lock (a poll, a join, a re-entry) costs nothing more, and one on a
--- free lock with a queue (the head's take, a poll) one EXISTS.
+-- free lock with a queue (the head's take, a poll) one PTTL.
 -- TestFastPathsMatchFullPaths (propertytests) compares the two paths.
-FAST_FREE = redis.call('exists', KEYS[1]) == 0
+-- PTTL, not EXISTS (-2: no lock): the full path's joins and replies need
+-- the lock's PTTL, which it then has without a command (issue 33).
+FAST_PTTL = redis.call('pttl', KEYS[1])
+FAST_FREE = FAST_PTTL == -2
 if FAST_FREE and redis.call('exists', KEYS[2], KEYS[3], KEYS[4], KEYS[8]) == 0 then
     local replay = latch_check(KEYS[6], ARGV[5], KEYS[1], ARGV[2])
     if replay then

@@ -12,6 +12,10 @@
 -- that composes res_lock.lua.
 local FAST_FREE
 
+-- FAST_PTTL is the lock's PTTL as fair_fast_take.lua read it (-2: no lock;
+-- nil when it did not run); res_lock.lua starts its PTTL cache from it.
+local FAST_PTTL
+
 -- FAST_QUEUED is what fair_fast_unlock.lua read in a release: how many of
 -- the queue keys of both engines and the grace key exist (nil in every
 -- other script); begin (fair_common.lua) reuses it instead of reading the

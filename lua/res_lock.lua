@@ -41,8 +41,9 @@ end
 local FREE = FAST_FREE
 
 -- PTTL caches the lock's PTTL within one script the same way (nil: not
--- read since the last write to the lock; res_written clears it).
-local PTTL
+-- read since the last write to the lock; res_written clears it), starting
+-- from what the fast path read (FAST_PTTL).
+local PTTL = FAST_PTTL
 
 -- res_pttl: the lock's PTTL (-2: no lock), the base of a new waiter's
 -- deadline (Redisson's rule); read once until the script writes the lock.
