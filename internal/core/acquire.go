@@ -93,8 +93,16 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 	// with no subscription round and no re-check.
 	w := m.S.Hub.Attach(m.E.WakeChannel(m.Owner), m.Queue) // a fair waiter's channel carries notes
 	defer func() {
-		if w != nil {
-			w.Close()
+		switch {
+		case w == nil:
+		case m.Queue:
+			w.Close() // the owner's own channel: kept for its next wait (Linger)
+		default:
+			// A channel every waiter shares (a reentrant lock's): not
+			// kept, or this client would receive its own releases on it
+			// (issue 33: 1.76 -> 1.67 of the floor in the alternation,
+			// where the next wait's subscription is off the handoff).
+			w.CloseNow()
 		}
 	}()
 	ok, ttl, err := q.try()

@@ -91,8 +91,9 @@ func (s *Session) SeatsScripts() *wire.SeatsScripts { return s.Config.SeatsScrip
 
 // NewSession starts a session over rdb: the watchdog goroutine starts now,
 // the pub/sub connection at the first wait.
-// SubscriptionLinger is how long a wake channel stays subscribed after the
-// last wait on it ended (pubsub.Linger).
+// SubscriptionLinger is how long a fair waiter's own wake channel stays
+// subscribed after the last wait on it ended (pubsub.Linger); a channel all
+// waiters share (a reentrant lock's) is dropped at once (acquire.go).
 var SubscriptionLinger = 2 * time.Second
 
 func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
@@ -122,9 +123,10 @@ func NewSession(rdb redis.UniversalClient, cfg Config) (*Session, error) {
 	// A pub/sub connection that comes back after a failure (a restart, a
 	// failover) has every held lock re-checked at once: what Redis lost is
 	// reported to its holder then, not at the next renewal.
-	// A wake channel stays subscribed for SubscriptionLinger after its
-	// last wait, so that an owner that waits again soon (a contended lock)
-	// reuses it: no SUBSCRIBE, PING, re-check, UNSUBSCRIBE, PING per wait.
+	// A fair waiter's wake channel stays subscribed for SubscriptionLinger
+	// after its last wait, so that an owner that waits again soon (a
+	// contended lock) reuses it: no SUBSCRIBE, PING, re-check, UNSUBSCRIBE,
+	// PING per wait.
 	s.Hub = pubsub.New(rdb, 30*time.Second, mode, pubsub.OnRecover(func() { s.Watchdog.RenewNow() }),
 		pubsub.Linger(SubscriptionLinger))
 	var slot watchdog.SlotFunc

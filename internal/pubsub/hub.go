@@ -243,8 +243,17 @@ func (h *Hub) Attach(channel string, notes bool) *Waiter {
 
 // Close removes the waiter. A wake-up it received but did not consume passes
 // to the next waiter on the channel, so that it is not lost. The last waiter
-// to leave unsubscribes.
-func (w *Waiter) Close() {
+// to leave unsubscribes (after the hub's Linger).
+func (w *Waiter) Close() { w.close(true) }
+
+// CloseNow is Close, but the last waiter to leave unsubscribes at once, on
+// a hub with Linger too: for a channel that the waiter's own client
+// publishes on (a reentrant lock's, shared by every waiter), where a
+// lingering subscription would receive the client's own releases (issue
+// 33: the releaser's read wakes on the two cores the handoff needs).
+func (w *Waiter) CloseNow() { w.close(false) }
+
+func (w *Waiter) close(keep bool) {
 	h := w.hub
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -271,7 +280,7 @@ func (w *Waiter) Close() {
 		return
 	}
 	e.idle++
-	if _, moving := e.c.moving[w.channel]; h.linger > 0 && !h.closed && e.confirmed && !moving {
+	if _, moving := e.c.moving[w.channel]; keep && h.linger > 0 && !h.closed && e.confirmed && !moving {
 		// Kept for the next wait: dropped when it stays unused.
 		idle := e.idle
 		time.AfterFunc(h.linger, func() { h.expire(e, idle) })

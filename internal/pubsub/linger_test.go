@@ -85,6 +85,46 @@ func TestNoLingerByDefault(t *testing.T) {
 	}
 }
 
+// CloseNow drops the channel at once on a hub with Linger (a channel the
+// client's own releases publish on, issue 33), while Close keeps another.
+func TestCloseNowDoesNotLinger(t *testing.T) {
+	b := redistest.Real(t)
+	rdb := b.Client(t)
+	h := pubsub.New(rdb, 30*time.Second, pubsub.Linger(time.Minute))
+	defer h.Close()
+	kept, dropped := redistest.Prefix(t)+"kept", redistest.Prefix(t)+"dropped"
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, ch := range []string{kept, dropped} {
+		w, err := h.Subscribe(ctx, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ch == kept {
+			w.Close()
+		} else {
+			w.CloseNow()
+		}
+	}
+	if h.Has(dropped) || h.Attach(dropped, false) != nil {
+		t.Fatal("CloseNow kept the channel")
+	}
+	if !h.Has(kept) {
+		t.Fatal("Close did not keep the channel on a hub with Linger")
+	}
+	numsub := func(ch string) int64 { return rdb.PubSubNumSub(ctx, ch).Val()[ch] }
+	deadline := time.Now().Add(10 * time.Second)
+	for numsub(dropped) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the server still counts a subscriber 10 s after CloseNow")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := numsub(kept); n != 1 {
+		t.Fatalf("the kept channel has %d subscribers, want 1", n)
+	}
+}
+
 // A waiter attached to a lingering channel never takes a note that was
 // published before it attached (issue 33; the fault suite's position
 // check caught one): the note was meant for its owner's previous wait,
