@@ -75,6 +75,45 @@ func TestScalableRefusesRedissonQueue(t *testing.T) {
 	})
 }
 
+// Issue 33: a scalable acquisition counts the Redisson keys with its own
+// queue hash and the head grace key in one EXISTS, and takes a count of one
+// with a queue head as "only the hash". Either Redisson key alone (no head
+// in this engine's queue) is still refused, and a grace key alone, left
+// while the lock is held by another and nobody is queued, is still deleted
+// by a join (finish: no grace unless the lock is free with a head).
+func TestScalableRefusesEitherRedissonKeyAlone(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		rdb := b.Client(t)
+		for _, which := range []string{"queue", "timeouts"} {
+			name := redistest.Prefix(t) + which
+			k := wire.KeysFor(name)
+			if which == "queue" {
+				require.NoError(t, rdb.RPush(ctx, k.Queue, "java:1").Err())
+			} else {
+				require.NoError(t, rdb.ZAdd(ctx, k.Timeouts, redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: "java:1"}).Err())
+			}
+			m := newMutex(t, newClient(t, b.Client(t)), name, scalable)
+			ok, err := m.TryLock(ctx)
+			assert.False(t, ok)
+			assert.True(t, errors.Is(err, fair.ErrMixedEngines), "the Redisson %s alone: %v", which, err)
+			assert.Zero(t, rdb.Exists(ctx, k.ScalableQueue()).Val(), "nothing written")
+		}
+
+		name := redistest.Prefix(t) + "grace"
+		k := wire.KeysFor(name)
+		holder := newMutex(t, newClient(t, b.Client(t)), name, scalable)
+		require.NoError(t, holder.Lock(ctx))
+		require.NoError(t, rdb.Set(ctx, k.Grace(), "ghost:1", time.Minute).Err())
+		waiter := newMutex(t, newClient(t, b.Client(t)), name, scalable)
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		assert.Error(t, waiter.Lock(wctx), "the lock is held: the wait runs out")
+		assert.Zero(t, rdb.Exists(ctx, k.Grace()).Val(), "the join left the stale grace key")
+		require.NoError(t, holder.Unlock(ctx))
+	})
+}
+
 func TestEngineOptionValidated(t *testing.T) {
 	c := newClient(t, redistest.Mini(t).Client(t))
 	_, err := fair.New(c, "x", fair.WithEngine(fair.Engine(7)))

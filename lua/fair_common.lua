@@ -110,7 +110,13 @@ end
 -- other front is empty and the grace key known absent, so finish has
 -- nothing to read or delete (issue 23: one command instead of two or three
 -- in a release with nobody queued; a release with a queue pays nothing).
-local function begin()
+-- no_grace: the acquisition's refusal check found the grace key absent
+-- (q_refuse, scalable engine; issue 33): finish neither reads nor deletes
+-- it.
+local function begin(no_grace)
+    if no_grace then
+        GRACE_READ, GRACE_OWNER, GRACE_LEFT, GRACE_SECOND = true, nil, nil, nil
+    end
     local head, second = q_check()
     if not head and CROSS then
         if not GRACE_READ and (FAST_QUEUED or redis.call('exists', QUEUE, TIMEOUTS, SQUEUE, GRACE)) == 0 then

@@ -40,7 +40,7 @@ local owner, wait = ARGV[2], tonumber(ARGV[3])
 local now, grace = tonumber(ARGV[4]), tonumber(ARGV[6])
 
 fair_init(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7], KEYS[8], ARGV[7], ARGV[8], false)
-local refused = q_refuse(KEYS[1])
+local refused, no_grace = q_refuse(KEYS[1], KEYS[8])
 if refused then
     return refused
 end
@@ -52,7 +52,7 @@ local bad_token = token_check(KEYS[5], KEYS[1], owner)
 if bad_token then
     return bad_token
 end
-local head, head0, second0 = begin()
+local head, head0, second0 = begin(no_grace)
 head = prune(owner, now, head, grace)
 local held, cut, fresh = take_or_reenter(owner, ARGV[1], wait, head)
 if held then

@@ -65,7 +65,7 @@ end
 -- q_refuse: one lock name, one engine. The acquisition scripts refuse a
 -- lock whose queue the scalable engine keeps, before anything is written.
 -- Returns the error reply, or nil.
-local function q_refuse(name)
+local function q_refuse(name, _)
     if redis.call('exists', squeue) == 1 then
         return redis.error_reply('fairlock: lock ' .. name ..
             ' is used by the scalable fair engine (fairlock_squeue exists)')

@@ -51,10 +51,13 @@ local ENDS, FRONT_OK, FRONT_H, FRONT_S
 -- NODE_V its raw p:, n:, d:, s: values), and EMPTY, the queue known empty
 -- (q_check found no key, or this script deleted it).
 local NODE_O, NODE_V, EMPTY
+-- HDR: the queue's ends as q_refuse read them (the HMGET reply q_check
+-- reads; issue 33).
+local HDR
 
 local function q_written()
     ENDS, FRONT_OK, FRONT_H, FRONT_S = nil, false, nil, nil
-    NODE_O, NODE_V, EMPTY = nil, nil, false
+    NODE_O, NODE_V, EMPTY, HDR = nil, nil, false, nil
 end
 
 -- seq reads a join sequence field (nil when missing or not a number); a
@@ -108,7 +111,10 @@ end
 -- of the wrong type or a broken end resets the queue. Returns the head and
 -- the waiter behind it (either may be nil).
 local function q_check()
-    local v = redis.pcall('hmget', sq, 'h', 't', 'hd', 'td', 'hs', 'ts')
+    if EMPTY then
+        return nil, nil
+    end
+    local v = HDR or redis.pcall('hmget', sq, 'h', 't', 'hd', 'td', 'hs', 'ts')
     if v.err then
         q_reset()
         return nil, nil
@@ -148,8 +154,28 @@ end
 
 -- q_refuse: one lock name, one engine. The acquisition scripts refuse a
 -- lock whose Redisson-compatible queue keys exist. Returns the error reply,
--- or nil.
-local function q_refuse(name)
+-- or nil, and (issue 33) whether the head grace key (grace_key) is known
+-- absent, for begin (fair_common.lua), which then neither reads nor
+-- deletes it. One EXISTS counts the Redisson keys with this engine's hash
+-- and the grace key: none exists (a join of an empty queue) answers the
+-- refusal, the queue check and the grace at once; only one, and the queue's
+-- head is read (q_check needs it anyway): it is the hash, so no refusal and
+-- no grace key. Otherwise the Redisson keys are counted alone.
+local function q_refuse(name, grace_key)
+    local n = redis.call('exists', rqueue, rtimeouts, sq, grace_key)
+    if n == 0 then
+        q_emptied()
+        return nil, true
+    end
+    if n == 1 then
+        local v = redis.pcall('hmget', sq, 'h', 't', 'hd', 'td', 'hs', 'ts')
+        if not v.err then
+            HDR = v
+            if v[1] then
+                return nil, true
+            end
+        end
+    end
     if redis.call('exists', rqueue, rtimeouts) > 0 then
         return redis.error_reply('fairlock: lock ' .. name ..
             ' is used by the Redisson-compatible fair engine (redisson_lock_queue or redisson_lock_timeout exists)')
