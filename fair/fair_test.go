@@ -509,7 +509,7 @@ func TestWakeUpsReachOnlyTheFrontOfTheQueue(t *testing.T) {
 		want = append(want,
 			grant(w1), note(w2, 0), // m0 releases, granting m1: m2 is the new head
 			grant(w2), // m1 releases, granting m2
-			plain) // m2 releases: nobody is queued
+			plain)     // m2 releases: nobody is queued
 		require.Eventually(t, func() bool { return len(messages()) >= len(want) }, 10*time.Second, time.Millisecond)
 		assert.Equal(t, want, messages())
 	})
