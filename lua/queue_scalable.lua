@@ -51,8 +51,8 @@ local ENDS, FRONT_OK, FRONT_H, FRONT_S
 -- NODE_V its raw p:, n:, d:, s: values), and EMPTY, the queue known empty
 -- (q_check found no key, or this script deleted it).
 local NODE_O, NODE_V, EMPTY
--- HDR: the queue's ends as q_refuse read them (the HMGET reply q_check
--- reads; issue 33).
+-- HDR: the HMGET reply of the queue's ends (q_ends), read once until the
+-- script writes the queue (issue 33: q_refuse and q_check share it).
 local HDR
 
 local function q_written()
@@ -83,7 +83,7 @@ end
 -- q_emptied: the queue is known empty (found so, or deleted).
 local function q_emptied()
     ENDS, FRONT_OK, FRONT_H, FRONT_S = nil, true, nil, nil
-    NODE_O, NODE_V, EMPTY = nil, nil, true
+    NODE_O, NODE_V, EMPTY, HDR = nil, nil, true, nil
 end
 
 -- q_reset: the queue is inconsistent: start again from an empty queue.
@@ -100,6 +100,15 @@ local function node(o)
     return v[1] or nil, v[2] or nil, tonumber(v[3]), seq(v[4])
 end
 
+-- q_ends: the raw HMGET of the queue's ends (an error reply when the key
+-- has another type), read once until a write.
+local function q_ends()
+    if not HDR then
+        HDR = redis.pcall('hmget', sq, 'h', 't', 'hd', 'td', 'hs', 'ts')
+    end
+    return HDR
+end
+
 -- q_init names the keys: the Redisson-compatible engine's list and zset
 -- (only ever checked, never written) and this engine's hash.
 local function q_init(list, zset, hash)
@@ -114,7 +123,7 @@ local function q_check()
     if EMPTY then
         return nil, nil
     end
-    local v = HDR or redis.pcall('hmget', sq, 'h', 't', 'hd', 'td', 'hs', 'ts')
+    local v = q_ends()
     if v.err then
         q_reset()
         return nil, nil
@@ -167,14 +176,8 @@ local function q_refuse(name, grace_key)
         q_emptied()
         return nil, true
     end
-    if n == 1 then
-        local v = redis.pcall('hmget', sq, 'h', 't', 'hd', 'td', 'hs', 'ts')
-        if not v.err then
-            HDR = v
-            if v[1] then
-                return nil, true
-            end
-        end
+    if n == 1 and q_ends()[1] then
+        return nil, true
     end
     if redis.call('exists', rqueue, rtimeouts) > 0 then
         return redis.error_reply('fairlock: lock ' .. name ..

@@ -1,7 +1,6 @@
 package reentrant_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -36,10 +35,7 @@ func TestSharedChannelIsNotKeptAfterTheWait(t *testing.T) {
 	fairCh := wire.KeysFor(prefix + "fair").WaiterChannel(fw.Owner())
 	reCh := wire.KeysFor(prefix + "re").Channel
 
-	handoff := func(holder, waiter interface {
-		Lock(context.Context) error
-		Unlock(context.Context) error
-	}, ch string) {
+	handoff := func(holder, waiter locker, ch string) {
 		require.NoError(t, holder.Lock(ctx))
 		got := make(chan error, 1)
 		go func() { got <- waiter.Lock(ctx) }()

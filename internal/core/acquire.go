@@ -100,8 +100,9 @@ func (m *Mutex) acquire(ctx context.Context, o AcquireOpts) (bool, error) {
 		default:
 			// A channel every waiter shares (a reentrant lock's): not
 			// kept, or this client would receive its own releases on it
-			// (issue 33: 1.76 -> 1.67 of the floor in the alternation,
-			// where the next wait's subscription is off the handoff).
+			// (issue 33: the alternation's reentrant handoff 1.79 ->
+			// 1.70 of the floor; the next wait subscribes while the lock
+			// is held, off the handoff).
 			w.CloseNow()
 		}
 	}()
