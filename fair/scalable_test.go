@@ -114,6 +114,38 @@ func TestScalableRefusesEitherRedissonKeyAlone(t *testing.T) {
 	})
 }
 
+// The Redisson engine's acquisitions count the scalable queue and the grace
+// key in one EXISTS (q_refuse in queue_redisson.lua): a count of one must
+// still tell which. The scalable queue alone refuses; a stale grace key
+// alone is deleted by a join of a held lock.
+func TestRedissonEngineTellsTheScalableQueueFromTheGrace(t *testing.T) {
+	redistest.Each(t, func(t *testing.T, b *redistest.Backend) {
+		ctx := testCtx(t)
+		rdb := b.Client(t)
+		name := redistest.Prefix(t) + "squeue"
+		k := wire.KeysFor(name)
+		require.NoError(t, rdb.HSet(ctx, k.ScalableQueue(), "h", "go:1").Err())
+		m := newMutex(t, newClient(t, b.Client(t)), name)
+		ok, err := m.TryLock(ctx)
+		assert.False(t, ok)
+		assert.True(t, errors.Is(err, fair.ErrMixedEngines), "the scalable queue alone: %v", err)
+		assert.Zero(t, rdb.Exists(ctx, k.Name, k.Queue, k.Timeouts).Val(), "nothing written")
+
+		name = redistest.Prefix(t) + "grace"
+		k = wire.KeysFor(name)
+		holder := newMutex(t, newClient(t, b.Client(t)), name)
+		require.NoError(t, holder.Lock(ctx))
+		require.NoError(t, rdb.Set(ctx, k.Grace(), "ghost:1", time.Minute).Err())
+		// a TryLock: no give-up follows it (a give-up deletes the key too)
+		waiter := newMutex(t, newClient(t, b.Client(t)), name)
+		ok, err = waiter.TryLock(ctx)
+		require.NoError(t, err)
+		assert.False(t, ok, "the lock is held")
+		assert.Zero(t, rdb.Exists(ctx, k.Grace()).Val(), "the attempt left the stale grace key")
+		require.NoError(t, holder.Unlock(ctx))
+	})
+}
+
 func TestEngineOptionValidated(t *testing.T) {
 	c := newClient(t, redistest.Mini(t).Client(t))
 	_, err := fair.New(c, "x", fair.WithEngine(fair.Engine(7)))

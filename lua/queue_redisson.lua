@@ -31,10 +31,13 @@
 local queue, timeouts, squeue, notes
 local NOTE_MARGIN = 60000
 
--- The front of the queue is cached within one script until the script
--- writes the queue (FRONT_OK: FRONT_H, FRONT_S are the head and the waiter
--- behind it).
-local FRONT_OK, FRONT_H, FRONT_S
+-- The front of the queue is cached within one script (FRONT_OK: FRONT_H,
+-- FRONT_S are the head and the waiter behind it; FRONT_T_OK: FRONT_T is the
+-- third, nil when the list is shorter). The writers below keep it when they
+-- know what they changed (a pop of the head moves the front up, an append
+-- fills the first place still empty), else clear it (issue 33: a grant's
+-- release and a join of a busy queue read the front once, not twice).
+local FRONT_OK, FRONT_H, FRONT_S, FRONT_T_OK, FRONT_T
 
 -- q_init names the keys: this engine's list and zset, and the scalable
 -- engine's queue hash (only ever checked, never written).
@@ -64,13 +67,17 @@ end
 
 -- q_refuse: one lock name, one engine. The acquisition scripts refuse a
 -- lock whose queue the scalable engine keeps, before anything is written.
--- Returns the error reply, or nil.
-local function q_refuse(name, _)
-    if redis.call('exists', squeue) == 1 then
+-- Returns the error reply, or nil and whether the grace key (grace_key) is
+-- known absent: one EXISTS counts both keys, and only a count of one needs
+-- a second to tell which (issue 33: a join of a held lock then deletes no
+-- grace key, begin(no_grace)).
+local function q_refuse(name, grace_key)
+    local n = redis.call('exists', squeue, grace_key)
+    if n == 2 or n == 1 and redis.call('exists', squeue) == 1 then
         return redis.error_reply('fairlock: lock ' .. name ..
             ' is used by the scalable fair engine (fairlock_squeue exists)')
     end
-    return nil
+    return nil, n == 0
 end
 
 -- q_front: the head and the waiter right behind it (either may be nil). A
@@ -81,12 +88,27 @@ local function q_front()
     if FRONT_OK then
         return FRONT_H, FRONT_S
     end
-    local v = redis.pcall('lrange', queue, 0, 1)
+    local v = redis.pcall('lrange', queue, 0, 2)
     if v.err then
         return nil, nil
     end
-    FRONT_OK, FRONT_H, FRONT_S = true, v[1], v[2]
+    FRONT_OK, FRONT_H, FRONT_S, FRONT_T_OK, FRONT_T = true, v[1], v[2], true, v[3]
     return v[1], v[2]
+end
+
+-- front_whole: the cached front holds the whole list.
+local function front_whole()
+    return FRONT_OK and (not FRONT_S or FRONT_T_OK and not FRONT_T)
+end
+
+-- front_popped: the script popped the head (LPOP) that q_front read; the
+-- front moves up (the new third is known only when the list was).
+local function front_popped(head)
+    if FRONT_OK and FRONT_H == head and FRONT_T_OK then
+        FRONT_H, FRONT_S, FRONT_T_OK, FRONT_T = FRONT_S, FRONT_T, FRONT_T == nil, nil
+    else
+        FRONT_OK = false
+    end
 end
 
 -- q_check: nothing to repair here (a waiter without a deadline, H1, is
@@ -146,12 +168,15 @@ end
 
 -- q_tail: the last waiter and its deadline (nil when it has none).
 local function q_tail()
-    if FRONT_OK and not FRONT_S then
-        -- the front as read holds the whole list (none or one waiter)
+    if front_whole() then
+        -- the front as read holds the whole list (at most two waiters)
         if not FRONT_H then
             return nil, nil
         end
-        return FRONT_H, q_head_deadline(FRONT_H)
+        if not FRONT_S then
+            return FRONT_H, q_head_deadline(FRONT_H)
+        end
+        return FRONT_S, tonumber(redis.call('zscore', timeouts, FRONT_S))
     end
     local tail = redis.call('lindex', queue, -1)
     if not tail then
@@ -169,6 +194,17 @@ end
 -- (O(k) for k ahead; Redis 6.0.6 or later); -1 when owner is not queued or
 -- LPOS is not available. Read only; Redisson's keys are never written for it.
 local function q_ahead(owner)
+    -- the first three places as read need no LPOS (issue 33: the notes
+    -- after a handoff)
+    if FRONT_OK then
+        if owner == FRONT_H then
+            return 0
+        elseif owner == FRONT_S then
+            return 1
+        elseif FRONT_T_OK and owner == FRONT_T then
+            return 2
+        end
+    end
     local v = redis.pcall('lpos', queue, owner)
     if type(v) ~= 'number' then
         return -1
@@ -178,9 +214,9 @@ end
 
 -- q_pop_head removes the head (pruned as dead): nobody else moves.
 local function q_pop_head()
-    FRONT_OK = false
     HD_O = nil
     local head = redis.call('lpop', queue)
+    front_popped(head)
     if head then
         redis.call('zrem', timeouts, head)
         q_drop_note(head)
@@ -230,13 +266,12 @@ end
 -- q_take: owner (the head, or nobody is queued) takes the lock: it leaves
 -- the queue and every remaining deadline drops by its slot (Redisson's take).
 local function q_take(owner, wait)
-    -- The owner alone in the queue as read (LRANGE 0 1): it is empty now.
-    local alone = FRONT_OK and FRONT_H == owner and FRONT_S == nil
-    FRONT_OK, HD_O = alone, nil
-    if alone then
-        FRONT_H = nil
-    end
+    HD_O = nil
     redis.call('zrem', timeouts, owner)
+    -- owner is the head as read, or nobody is queued (the front stays empty)
+    if not (FRONT_OK and not FRONT_H) then
+        front_popped(owner)
+    end
     redis.call('lpop', queue)
     q_drop_note(owner)
     q_shift(wait, nil)
@@ -272,15 +307,17 @@ end
 -- deadline: from q_tail, unused here). note: its handoff note (grant_note) or
 -- nil; rel: its deadline less the caller's now.
 local function q_append(owner, deadline, _, _, note, rel)
-    -- a front read that holds the whole list (none or one waiter) stays
-    -- known: the joiner is the head or the second
-    local whole, h = FRONT_OK and not FRONT_S, FRONT_H
-    FRONT_OK = false
     HD_O = nil
     if redis.call('zadd', timeouts, deadline, owner) == 1 then
         redis.call('rpush', queue, owner)
-        if whole then
-            FRONT_OK, FRONT_H, FRONT_S = true, h or owner, h and owner or nil
+        -- the joiner fills the first of the front's places still empty
+        -- (none when three or more waiters are ahead: the front stays)
+        if FRONT_OK and not FRONT_H then
+            FRONT_H, FRONT_T_OK, FRONT_T = owner, true, nil
+        elseif FRONT_OK and not FRONT_S then
+            FRONT_S, FRONT_T_OK, FRONT_T = owner, true, nil
+        elseif FRONT_OK and FRONT_T_OK and not FRONT_T then
+            FRONT_T = owner
         end
     end
     if not q_noted(owner) then

@@ -89,10 +89,14 @@ end
 local function res_popped(_)
 end
 
+-- The lease just set stands for the lock's PTTL for the rest of the
+-- script (a PTTL read would be less by the script's time since, under a
+-- millisecond): the notes after a grant read none (issue 33).
 local function res_take(owner, lease)
     redis.call('hset', LOCK, owner, 1)
     redis.call('pexpire', LOCK, lease)
-    FREE, PTTL = false, nil
+    local ms = tonumber(lease)
+    FREE, PTTL = false, ms and ms > 0 and ms or nil
 end
 
 local function res_reenter(owner, lease)
