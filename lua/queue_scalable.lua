@@ -43,8 +43,9 @@ local sq, rqueue, rtimeouts
 
 -- Reads repeated within one script are cached until the script writes the
 -- queue: the ends (ENDS: h, t, hd, td as numbers, read and checked by
--- q_check) and the front (FRONT_OK: FRONT_H and FRONT_S are the head and the
--- waiter behind it). Every write below clears or updates them.
+-- q_check; own: hs was written in this script from the head's own
+-- sequence) and the front (FRONT_OK: FRONT_H and FRONT_S are the head and
+-- the waiter behind it). Every write below clears or updates them.
 local ENDS, FRONT_OK, FRONT_H, FRONT_S
 -- Also cached until a write (issue 33: fewer commands per release and per
 -- join): the head's node fields as q_check read them (NODE_O the head,
@@ -246,6 +247,11 @@ end
 -- grows while owner stays queued (hs only grows, s:<owner> never changes).
 -- -1 when owner is not queued or a sequence is missing.
 local function q_ahead(owner)
+    if ENDS and ENDS.own and owner == ENDS.h then
+        -- hs was written from the head's own sequence in this script
+        -- (ENDS.own; issue 33: the note after a grant reads nothing)
+        return ENDS.hs and 0 or -1
+    end
     local v = redis.call('hmget', sq, 's:' .. owner, 'hs')
     local s, hs = seq(v[1]), seq(v[2])
     if not s or not hs or s < hs then
@@ -323,7 +329,7 @@ local function sq_remove(o, drop)
         local set = {'h', n, 'hd', nhd, 'td', td - drop, 'p:' .. n, '', 'd:' .. n, 0}
         seq_field(set, 'hs', ns)
         redis.call('hset', sq, unpack(set))
-        ENDS = {h = n, t = ends[2], hd = nhd, td = td - drop, hs = ns, ts = seq(ends[6])}
+        ENDS = {h = n, t = ends[2], hd = nhd, td = td - drop, hs = ns, ts = seq(ends[6]), own = true}
         FRONT_OK, FRONT_H, FRONT_S = true, n, nil
         if nn ~= '' then
             FRONT_S = nn
@@ -384,6 +390,9 @@ local function q_append(owner, deadline, tail, td, note)
     note = note or ''
     if tail and td then
         local _, tn, _, ts = node(tail)
+        -- The front stays as read, with a lone head's successor filled in
+        -- (issue 33: finish does not read it again after a join).
+        local front_ok, fh, fs = FRONT_OK, FRONT_H, FRONT_S
         q_written()
         if tn == '' then
             local set = {'t', owner, 'td', deadline, 'n:' .. tail, owner,
@@ -394,6 +403,9 @@ local function q_append(owner, deadline, tail, td, note)
                 seq_field(set, 'ts', ts + 1)
             end
             redis.call('hset', sq, unpack(set))
+            if front_ok and fh then
+                FRONT_OK, FRONT_H, FRONT_S = true, fh, fs or owner
+            end
             return
         end
     end
@@ -404,7 +416,7 @@ local function q_append(owner, deadline, tail, td, note)
         'p:' .. owner, '', 'n:' .. owner, '', 'd:' .. owner, 0, 's:' .. owner, '1' .. note, 'hs', 1, 'ts', 1)
     -- The queue is this one waiter: its ends and node are what was written.
     q_written()
-    ENDS = {h = owner, t = owner, hd = deadline, td = deadline, hs = 1, ts = 1}
+    ENDS = {h = owner, t = owner, hd = deadline, td = deadline, hs = 1, ts = 1, own = true}
     FRONT_OK, FRONT_H = true, owner
     NODE_O, NODE_V = owner, {'', '', '0', '1' .. note}
 end
