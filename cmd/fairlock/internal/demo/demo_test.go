@@ -164,6 +164,7 @@ func TestQueueCheckOnEachEngine(t *testing.T) {
 			assert.Equal(t, 0, check("c", "a", "b", "c"), "engine %d: in arrival order", engine)
 			assert.Equal(t, 1, check("c", "b", "a", "c"), "engine %d: a before b", engine)
 			assert.Equal(t, 1, check("b", "a", "c", "b"), "engine %d: the newcomer behind a later arrival", engine)
+			assert.Equal(t, 1, check("c", "a", "x", "c"), "engine %d: a waiter that never arrived", engine)
 			assert.Equal(t, 1, check("c", "a", "b"), "engine %d: the newcomer missing and not holding", engine)
 			if engine == fair.Scalable {
 				// a link back to the head: the walk ends, c is missed
@@ -175,8 +176,8 @@ func TestQueueCheckOnEachEngine(t *testing.T) {
 			}
 			require.NoError(t, rdb.HSet(ctx, keys.Name, "c", 1).Err())
 			r.checkQueue(ctx, "c")
-			assert.Equal(t, 3, r.result.QueueMismatches, "engine %d: granted meanwhile: the newcomer holds the lock", engine)
-			assert.Equal(t, 5, r.result.QueueChecks)
+			assert.Equal(t, 4, r.result.QueueMismatches, "engine %d: granted meanwhile: the newcomer holds the lock", engine)
+			assert.Equal(t, 6, r.result.QueueChecks)
 			require.NoError(t, rdb.Del(ctx, keys.Name, keys.Queue, keys.ScalableQueue()).Err())
 		}
 	})

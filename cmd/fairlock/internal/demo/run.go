@@ -347,23 +347,37 @@ func (r *run) book(ctx context.Context, who string, rng *mrand.Rand) (int, error
 // engine's own keys, not through the library's scripts) and whether owner
 // holds the lock.
 func (r *run) readQueue(ctx context.Context, owner string) ([]string, bool, error) {
+	var holds *redis.BoolCmd
 	if r.c.Engine == fair.Scalable {
-		v, err := walkScalable.Run(ctx, r.observer, []string{r.keys.ScalableQueue(), r.keys.Name}, owner).Slice()
-		if err != nil {
+		// The scalable engine keeps its queue as links in a hash (field h
+		// the head, n:<o> the owner after o, "" after the tail): one HMGET
+		// of the head and the links of every owner that ever arrived (a
+		// waiter must have) gives the whole list, walked here: one command
+		// where a walk in a script ran one HGET a waiter, and an HGETALL
+		// read four fields a waiter, on Redis in the same milliseconds as
+		// the new holder's booking.
+		r.mu.Lock()
+		owners := make([]string, 0, len(r.seqOf))
+		for o := range r.seqOf {
+			owners = append(owners, o)
+		}
+		r.mu.Unlock()
+		fields := make([]string, 1, len(owners)+1)
+		fields[0] = "h"
+		for _, o := range owners {
+			fields = append(fields, "n:"+o)
+		}
+		var links *redis.SliceCmd
+		if _, err := r.observer.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			links = p.HMGet(ctx, r.keys.ScalableQueue(), fields...)
+			holds = p.HExists(ctx, r.keys.Name, owner)
+			return nil
+		}); err != nil {
 			return nil, false, err
 		}
-		if len(v) != 2 {
-			return nil, false, fmt.Errorf("scalable queue: reply %v", v)
-		}
-		list, _ := v[0].([]any)
-		q := make([]string, len(list))
-		for i, o := range list {
-			q[i], _ = o.(string)
-		}
-		return q, v[1] == int64(1), nil
+		return walkLinks(owners, links.Val()), holds.Val(), nil
 	}
 	var lrange *redis.StringSliceCmd
-	var holds *redis.BoolCmd
 	if _, err := r.observer.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		lrange = p.LRange(ctx, r.keys.Queue, 0, -1)
 		holds = p.HExists(ctx, r.keys.Name, owner)
@@ -374,24 +388,28 @@ func (r *run) readQueue(ctx context.Context, owner string) ([]string, bool, erro
 	return lrange.Val(), holds.Val(), nil
 }
 
-// walkScalable lists the scalable engine's queue from its head, as
-// lua/queue_scalable.lua keeps it (a hash whose field h is the head and
-// n:<o> the owner after o, "" after the tail), and whether ARGV[1] holds the
-// lock (KEYS[2]). The demo's own reader, in one script so that the walk is
-// atomic and its reply no larger than the list (an HGETALL of the whole
-// hash, four fields a waiter, cost the scalable run about 5 % of its seats/s
-// on a 2-core machine). A link that loops or leads nowhere ends the list
-// there; the order check then fails on the waiters it misses.
-var walkScalable = redis.NewScript(`
-local q, seen = {}, {}
-local o = redis.call('hget', KEYS[1], 'h')
-while o and o ~= '' and not seen[o] do
-    seen[o] = true
-    q[#q + 1] = o
-    o = redis.call('hget', KEYS[1], 'n:' .. o)
-end
-return {q, redis.call('hexists', KEYS[2], ARGV[1])}
-`)
+// walkLinks lists the scalable queue from its head, given the HMGET reply
+// of h and of n:<o> for each of owners. A link that loops, leads to an
+// owner whose own link was not read, or to nothing, ends the list there
+// (that owner included); the order check then fails on the waiters it
+// misses, or on the stranger (no arrival number).
+func walkLinks(owners []string, v []any) []string {
+	next := make(map[string]string, len(owners))
+	for i, o := range owners {
+		if s, ok := v[i+1].(string); ok {
+			next[o] = s
+		}
+	}
+	var q []string
+	seen := map[string]bool{}
+	o, _ := v[0].(string)
+	for o != "" && !seen[o] {
+		seen[o] = true
+		q = append(q, o)
+		o = next[o]
+	}
+	return q
+}
 
 // held counts permits taken (d = 1) or about to be given back (d = -1),
 // and keeps the most held at once.
