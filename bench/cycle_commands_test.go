@@ -102,21 +102,29 @@ func monitorScripts(t *testing.T, addr string, f func()) [][]string {
 	return calls
 }
 
-// TestHandoffCommands: the release that hands a fair lock to its one
-// queued waiter (the direct grant, both engines, as users call the library)
+// TestHandoffCommands: the release that hands a fair lock to the head of
+// its queue (the direct grant, both engines, as users call the library)
 // runs at most the commands it ran after issue 33's cuts (MONITOR on a real
-// redis-server): scalable 15 (21 before), Redisson engine 19 (23 before).
-// Each inner command costs a woken server several microseconds; a change
-// that adds reads to the handoff shows here.
+// redis-server). One waiter: scalable 14 (21 before the cuts), Redisson
+// engine 18 (23). Three waiters, so that the release also sends the new
+// head and second their notes: scalable 19 (21 at 7f32eb8), Redisson engine
+// 21 (25 at 7f32eb8). Then the releaser queues again behind the two
+// left, a join of a held lock: scalable 10 (12 at 7f32eb8), Redisson engine
+// 13 (16). Each inner command costs a woken server several microseconds; a
+// change that adds reads to the handoff shows here.
 func TestHandoffCommands(t *testing.T) {
 	for _, tc := range []struct {
-		kind   string
-		engine fair.Engine
-		queue  string
-		budget int
+		kind       string
+		engine     fair.Engine
+		queue      string
+		waiters    int
+		budget     int
+		joinBudget int // 0: not measured
 	}{
-		{"scalable", fair.Scalable, "fairlock_squeue", 15},
-		{"redisson", fair.Redisson, "redisson_lock_queue", 19},
+		{"scalable", fair.Scalable, "fairlock_squeue", 1, 14, 0},
+		{"redisson", fair.Redisson, "redisson_lock_queue", 1, 18, 0},
+		{"scalable-3", fair.Scalable, "fairlock_squeue", 3, 19, 10},
+		{"redisson-3", fair.Redisson, "redisson_lock_queue", 3, 21, 13},
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			be := redistest.Real(t)
@@ -124,7 +132,7 @@ func TestHandoffCommands(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			var locks []*fair.Mutex
-			for range 2 {
+			for range 1 + tc.waiters {
 				rdb := redis.NewClient(&redis.Options{Addr: be.Addr})
 				c, err := fairlock.NewClient(rdb)
 				if err != nil {
@@ -152,7 +160,35 @@ func TestHandoffCommands(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			time.Sleep(200 * time.Millisecond) // its re-check after subscribing
+			// the others queue behind it, in order, and wait until the end
+			lctx, stop := context.WithCancel(ctx)
+			others := make(chan error, len(locks)-2)
+			defer func() {
+				// each gives up, or (the next head) takes the lock: then unlock
+				stop()
+				for _, m := range locks[2:] {
+					if <-others == nil {
+						_ = m.Unlock(ctx)
+					}
+				}
+			}()
+			for i, m := range locks[2:] {
+				go func() { others <- m.Lock(lctx) }()
+				for {
+					st, err := holder.State(ctx, 0)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if st.QueueLen == i+2 {
+						break
+					}
+					if ctx.Err() != nil {
+						t.Fatal("a waiter never queued")
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			time.Sleep(200 * time.Millisecond) // their re-checks after subscribing
 			var release []string
 			calls := monitorScripts(t, be.Addr, func() {
 				if err := holder.Unlock(ctx); err != nil {
@@ -177,6 +213,47 @@ func TestHandoffCommands(t *testing.T) {
 			t.Logf("the release that granted ran %d commands: %q", len(release), release)
 			if len(release) > tc.budget {
 				t.Errorf("the release that granted ran %d commands, want at most %d", len(release), tc.budget)
+			}
+			if tc.joinBudget > 0 {
+				// The releaser queues again behind the two left: the join
+				// of a held lock with a busy queue.
+				jctx, cancel := context.WithCancel(ctx)
+				joined := make(chan error, 1)
+				calls := monitorScripts(t, be.Addr, func() {
+					go func() { joined <- holder.Lock(jctx) }()
+					for {
+						st, err := waiter.State(ctx, 0)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if st.QueueLen == tc.waiters {
+							break
+						}
+						if ctx.Err() != nil {
+							t.Fatal("the releaser never queued again")
+						}
+						time.Sleep(5 * time.Millisecond)
+					}
+				})
+				cancel()
+				if err := <-joined; err == nil {
+					t.Fatal("the releaser took a held lock")
+				}
+				var join []string
+				for _, c := range calls {
+					for _, cmd := range c {
+						if strings.HasPrefix(cmd, "\"rpush\"") || strings.HasPrefix(cmd, "\"hset\" \""+tc.queue) && strings.Contains(cmd, "\"t\"") {
+							join = c
+						}
+					}
+				}
+				if join == nil {
+					t.Fatalf("no join among the scripts seen: %q", calls)
+				}
+				t.Logf("the join ran %d commands: %q", len(join), join)
+				if len(join) > tc.joinBudget {
+					t.Errorf("the join of a held lock ran %d commands, want at most %d", len(join), tc.joinBudget)
+				}
 			}
 			if err := waiter.Unlock(ctx); err != nil {
 				t.Fatal(err)
