@@ -151,15 +151,7 @@ func TestHandoffCommands(t *testing.T) {
 			}
 			got := make(chan error, 1)
 			go func() { got <- waiter.Lock(ctx) }()
-			rdb := redis.NewClient(&redis.Options{Addr: be.Addr})
-			defer rdb.Close()
-			queue := tc.queue + ":{" + name + "}"
-			for rdb.Exists(ctx, queue).Val() == 0 {
-				if ctx.Err() != nil {
-					t.Fatal("the waiter never queued")
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			waitQueueLen(ctx, t, holder, 1)
 			// the others queue behind it, in order, and wait until the end
 			lctx, stop := context.WithCancel(ctx)
 			others := make(chan error, len(locks)-2)
@@ -174,19 +166,7 @@ func TestHandoffCommands(t *testing.T) {
 			}()
 			for i, m := range locks[2:] {
 				go func() { others <- m.Lock(lctx) }()
-				for {
-					st, err := holder.State(ctx, 0)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if st.QueueLen == i+2 {
-						break
-					}
-					if ctx.Err() != nil {
-						t.Fatal("a waiter never queued")
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
+				waitQueueLen(ctx, t, holder, i+2)
 			}
 			time.Sleep(200 * time.Millisecond) // their re-checks after subscribing
 			var release []string
@@ -221,19 +201,7 @@ func TestHandoffCommands(t *testing.T) {
 				joined := make(chan error, 1)
 				calls := monitorScripts(t, be.Addr, func() {
 					go func() { joined <- holder.Lock(jctx) }()
-					for {
-						st, err := waiter.State(ctx, 0)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if st.QueueLen == tc.waiters {
-							break
-						}
-						if ctx.Err() != nil {
-							t.Fatal("the releaser never queued again")
-						}
-						time.Sleep(5 * time.Millisecond)
-					}
+					waitQueueLen(ctx, t, waiter, tc.waiters)
 				})
 				cancel()
 				if err := <-joined; err == nil {
@@ -259,5 +227,23 @@ func TestHandoffCommands(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// waitQueueLen polls m's state until n waiters are queued.
+func waitQueueLen(ctx context.Context, t *testing.T, m *fair.Mutex, n int) {
+	t.Helper()
+	for {
+		st, err := m.State(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.QueueLen == n {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%d waiters never queued (%d are)", n, st.QueueLen)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
